@@ -1,0 +1,47 @@
+"""Exceptions raised by retaining-saver."""
+
+from __future__ import annotations
+
+
+class RetainingSaverError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class UnsupportedSaverError(RetainingSaverError, TypeError):
+    """The wrapped saver is of a type whose storage layout is not known.
+
+    Raised at construction with `strict=True`, and by maintenance entrypoints
+    that need a storage backend, before any read reaches the saver.
+    """
+
+    def __init__(self, saver_type: type) -> None:
+        self.saver_type = saver_type
+        name = f"{saver_type.__module__}.{saver_type.__qualname__}"
+        super().__init__(
+            f"retaining-saver does not know how {name} stores checkpoints; supported "
+            "savers are InMemorySaver, SqliteSaver, AsyncSqliteSaver, PostgresSaver "
+            "and AsyncPostgresSaver"
+        )
+
+
+class CheckpointNotFoundError(RetainingSaverError, LookupError):
+    """A read pinned to a `checkpoint_id` found no such checkpoint.
+
+    Raised only with `strict_pinned_reads=True`. `successor` names the
+    checkpoint that replaced it when this process reclaimed it, else None.
+    """
+
+    def __init__(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, successor: str | None
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.successor = successor
+        where = f"thread {thread_id!r}, namespace {checkpoint_ns!r}"
+        hint = (
+            f"; it was reclaimed as a duplicate of {successor!r}, which holds the same state"
+            if successor
+            else ""
+        )
+        super().__init__(f"checkpoint {checkpoint_id!r} does not exist in {where}{hint}")
