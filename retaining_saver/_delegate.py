@@ -13,9 +13,9 @@ it fails exactly as it fails on the bare saver.
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -46,8 +46,19 @@ def overrides(saver_type: type, name: str) -> bool:
     return getattr(saver_type, name, None) is not getattr(BaseCheckpointSaver, name, None)
 
 
-@functools.cache
+_MIRRORS: dict[tuple[type, type], type[Any]] = {}
+_MIRRORS_LOCK = threading.Lock()
+
+
 def _mirror_class(wrapper: type[DelegatingSaver], inner_type: type) -> type[DelegatingSaver]:
+    with _MIRRORS_LOCK:
+        mirror = _MIRRORS.get((wrapper, inner_type))
+        if mirror is None:
+            mirror = _MIRRORS[(wrapper, inner_type)] = _new_mirror(wrapper, inner_type)
+    return mirror
+
+
+def _new_mirror(wrapper: type[DelegatingSaver], inner_type: type) -> type[DelegatingSaver]:
     namespace: dict[str, Any] = {"_mirror_of": inner_type, "__module__": wrapper.__module__}
     for pair in MIRRORED_METHODS:
         for name in pair:
@@ -79,7 +90,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
             raise TypeError(
                 f"{cls.__name__} wraps a BaseCheckpointSaver; got {type(inner).__name__!r}"
             )
-        return super().__new__(_mirror_class(cls, type(inner)))  # type: ignore[arg-type]
+        return cast(Self, super().__new__(_mirror_class(cls, type(inner))))
 
     def __init__(self, inner: BaseCheckpointSaver[Any], /) -> None:
         self.inner = inner
@@ -89,7 +100,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
 
     # Attributes the base class defines
 
-    @property  # type: ignore[override]
+    @property
     def serde(self) -> SerializerProtocol:
         """The inner saver's serializer, never a copy of it."""
         return self.inner.serde

@@ -1,11 +1,155 @@
-"""The interface every storage backend implements."""
+"""The interface every storage backend implements, and the plan executor they share.
+
+A backend speaks in operations: generators that yield its own statements (SQL
+with bound parameters, or a callable for the in-memory saver) and receive
+their rows. `run` drives an operation synchronously in one transaction and
+`arun` asynchronously, so each operation is written once for both.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from retaining_saver import _rules
+from retaining_saver._rules import BlobKey, CheckpointNode, Deletion, Graft, Lineage, Plan
+
+T = TypeVar("T")
+Op = Generator[Any, Any, T]
+"""An operation: yields statements, receives their results, returns a T."""
 
 
-class Backend(Protocol):
-    """Loads lineage and carries out plans for one saver."""
+@dataclass(frozen=True)
+class TableStats:
+    """Rows and bytes one thread holds in one table."""
 
-    kind: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class StorageStats:
+    """Per-table rows and bytes of one thread (all threads when thread_id is None)."""
+
+    thread_id: str | None
+    tables: dict[str, TableStats]
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.bytes for t in self.tables.values())
+
+
+@dataclass
+class Applied:
+    """What carrying out a plan did, after re-checking each step in the transaction."""
+
+    deleted: list[Deletion] = field(default_factory=list)
+    dropped: list[Deletion] = field(default_factory=list)
+    grafted: list[Graft] = field(default_factory=list)
+    freed_blobs: list[BlobKey] = field(default_factory=list)
+
+
+class Backend(ABC):
+    """Loads lineage and carries out plans for one saver.
+
+    Subclasses implement the primitives below as operations; `apply_plan` and
+    the drivers are shared.
+    """
+
+    kind: ClassVar[str]
+    tables: ClassVar[tuple[str, ...]]
+    stores_blobs: ClassVar[bool]
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        self.saver = saver
+
+    # Drivers
+
+    @abstractmethod
+    def run(self, op: Op[T]) -> T:
+        """Carry out `op` in one transaction, synchronously."""
+
+    @abstractmethod
+    async def arun(self, op: Op[T]) -> T:
+        """Carry out `op` in one transaction, asynchronously."""
+
+    # Primitives
+
+    @abstractmethod
+    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+        """Every checkpoint of the thread, without deserialising channel values."""
+
+    @abstractmethod
+    def load_nodes(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, CheckpointNode]]:
+        """The named checkpoints of one namespace that exist, by id."""
+
+    @abstractmethod
+    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        """Whether any checkpoint names `checkpoint_id` as its parent."""
+
+    @abstractmethod
+    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
+        """The latest checkpoint id of the namespace."""
+
+    @abstractmethod
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
+        """Delete one checkpoint row and the writes rows keyed by its id."""
+
+    @abstractmethod
+    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
+        """Point `graft.child_id` at `graft.new_parent_id`."""
+
+    @abstractmethod
+    def delete_unreferenced_blobs(
+        self, thread_id: str, candidates: Sequence[BlobKey]
+    ) -> Op[list[BlobKey]]:
+        """Delete each candidate blob no surviving checkpoint references; return those."""
+
+    @abstractmethod
+    def stats(self, thread_id: str | None) -> Op[StorageStats]:
+        """Rows and bytes per table for the thread, or for the whole store."""
+
+    @abstractmethod
+    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
+        """Up to `limit` thread ids greater than `after`, in order."""
+
+    # Shared
+
+    def apply_plan(self, thread_id: str, plan: Plan) -> Op[Applied]:
+        """Carry out `plan`, re-checking every graft and deletion as it goes."""
+        applied = Applied()
+        for graft in plan.grafts:
+            ids = [graft.child_id, *graft.via, graft.new_parent_id]
+            now = yield from self.load_nodes(thread_id, graft.checkpoint_ns, ids)
+            if _rules.graft_holds(graft, now):
+                yield from self.reparent(thread_id, graft)
+                applied.grafted.append(graft)
+        for deletion in plan.deletions:
+            if (yield from self._deletion_holds(thread_id, deletion)):
+                ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
+                yield from self.delete_checkpoint(thread_id, ns, checkpoint_id)
+                applied.deleted.append(deletion)
+            else:
+                applied.dropped.append(deletion)
+        if self.stores_blobs and plan.freed_blobs and applied.deleted:
+            freed = yield from self.delete_unreferenced_blobs(thread_id, plan.freed_blobs)
+            applied.freed_blobs.extend(freed)
+        return applied
+
+    def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+        ns = deletion.checkpoint_ns
+        ids = [deletion.checkpoint_id] + ([deletion.clone_of] if deletion.clone_of else [])
+        now = yield from self.load_nodes(thread_id, ns, ids)
+        has_children = yield from self.has_children(thread_id, ns, deletion.checkpoint_id)
+        newest = (yield from self.newest_id(thread_id, ns)) if deletion.must_be_head else None
+        return _rules.deletion_holds(deletion, now, has_children=has_children, newest_id=newest)

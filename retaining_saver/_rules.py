@@ -1,0 +1,574 @@
+"""The retention rules: which checkpoints of a thread may go, and why. No I/O.
+
+Everything that decides a deletion lives here, as functions of a thread's
+lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
+`RetainingSaver`'s admission cleanup asks `leaf_verdict` and `is_clone` about
+the two checkpoints it looked up. Nothing else decides.
+
+| Shape                        | Default   | Deleted when                                  |
+|------------------------------|-----------|-----------------------------------------------|
+| trailing duration-only leaf  | on (E1)   | head of its namespace, marker shape, clone of |
+|                              |           | its parent, owns no writes                    |
+| superseded sibling subtree   | opt-in    | whole subtree off the protected chain, forked |
+| (E2)                         |           | off a present checkpoint, older than the TTL  |
+| duration-only chain link     | opt-in    | clone of its parent, owns no writes; its      |
+|                              | (graft)   | children are re-parented to its parent        |
+
+| Protection             | Meaning                                                        |
+|------------------------|----------------------------------------------------------------|
+| head                   | latest checkpoint of a namespace, after its trailing leaves    |
+| ancestor               | on the parent chain of a protected checkpoint                  |
+| explicit               | named in `protect_checkpoint_ids`                              |
+| pending-writes         | owns writes and has no child: live, uncommitted state          |
+| subgraph-parent        | named as `parents[""]` by a checkpoint of another namespace    |
+| duration-link          | duration-only checkpoint a later run forked from (no graft)    |
+| too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
+| fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
+| not-enabled            | deletable shape whose rule the policy leaves off               |
+| capped                 | deletable, deferred by `max_delete_per_run`                    |
+
+A missing ancestor row ends a walk: it never raises, and whatever it cannot
+prove unreachable stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
+MAX_STACKED_LEAVES = 3
+"""How many stacked duration leaves one admission reclaims at the most."""
+
+
+class Reason(StrEnum):
+    """Why a checkpoint is deleted."""
+
+    TRAILING_DURATION_LEAF = "trailing-duration-leaf"
+    SUPERSEDED_BRANCH = "superseded-branch"
+    GRAFTED_DURATION_LINK = "grafted-duration-link"
+
+
+class Protection(StrEnum):
+    """Why a checkpoint is kept. The module docstring's table explains each."""
+
+    HEAD = "head"
+    ANCESTOR = "ancestor"
+    EXPLICIT = "explicit"
+    PENDING_WRITES = "pending-writes"
+    SUBGRAPH_PARENT = "subgraph-parent"
+    DURATION_LINK = "duration-link"
+    TOO_YOUNG = "too-young"
+    FORK_POINT_MISSING = "fork-point-missing"
+    NOT_ENABLED = "not-enabled"
+    CAPPED = "capped"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointNode:
+    """What the rules know of one checkpoint.
+
+    Attributes:
+        checkpoint_ns: Its namespace; `""` is the root graph.
+        checkpoint_id: Its id (time-ordered, so the max id is the latest).
+        parent_id: The id its `parent_config` names, or None.
+        channel_versions: Its full `channel_versions` map.
+        versions_seen: Its full `versions_seen` map.
+        write_count: How many writes rows it owns (empty entries count 0).
+        metadata: Its stored metadata (Postgres drops the `writes` key).
+        ts: Its ISO-8601 timestamp.
+    """
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    channel_versions: Mapping[str, Any]
+    versions_seen: Mapping[str, Any]
+    write_count: int
+    metadata: Mapping[str, Any]
+    ts: str
+
+
+LeafPredicate = Callable[[CheckpointNode], bool]
+"""Whether a checkpoint carries an app's metadata-only marker (replaces the default)."""
+
+
+def is_duration_marker(node: CheckpointNode) -> bool:
+    """The default marker rule: a metadata-only checkpoint a run-history writer stamped.
+
+    It looks at shape alone, so it holds on every backend: `source == "update"`
+    and a run-history key. Postgres drops `metadata["writes"]`, so the
+    `runtime_run_duration` write marker is not required.
+    """
+    metadata = node.metadata
+    return metadata.get("source") == "update" and any(k in metadata for k in RUN_HISTORY_KEYS)
+
+
+def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
+    """Whether `node` holds exactly its parent's state, compared as whole maps."""
+    return (
+        node.parent_id == parent.checkpoint_id
+        and node.checkpoint_ns == parent.checkpoint_ns
+        and dict(node.channel_versions) == dict(parent.channel_versions)
+        and dict(node.versions_seen) == dict(parent.versions_seen)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What the exhaustive engine may delete. The default is the contract's.
+
+    Args:
+        trailing_duration_leaves: E1, on by default.
+        prune_leaf_sibling_branches: E2, delete whole superseded subtrees.
+        sibling_branch_min_age: With E2, keep a subtree whose newest checkpoint
+            is younger than this, since a client may still hold its ids.
+        graft_duration_links: Remove duration-only chain links by re-parenting
+            their children onto the link's parent.
+        max_delete_per_run: At most this many deletions per thread; 0 plans
+            only; None is unbounded.
+        protect_checkpoint_ids: Ids that are never deleted.
+        is_reclaimable_leaf: Replaces `is_duration_marker`. The clone and
+            no-writes requirements stay.
+
+    Raises:
+        ValueError: If `max_delete_per_run` is negative or
+            `sibling_branch_min_age` is negative.
+        TypeError: If a field has the wrong type.
+    """
+
+    trailing_duration_leaves: bool = True
+    prune_leaf_sibling_branches: bool = False
+    sibling_branch_min_age: timedelta | None = None
+    graft_duration_links: bool = False
+    max_delete_per_run: int | None = None
+    protect_checkpoint_ids: frozenset[str] = frozenset()
+    is_reclaimable_leaf: LeafPredicate | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("trailing_duration_leaves", "prune_leaf_sibling_branches"):
+            _require(isinstance(getattr(self, name), bool), TypeError, f"{name} must be a bool")
+        _require(
+            isinstance(self.graft_duration_links, bool),
+            TypeError,
+            "graft_duration_links must be a bool",
+        )
+        cap = self.max_delete_per_run
+        if cap is not None:
+            _require(
+                isinstance(cap, int) and not isinstance(cap, bool),
+                TypeError,
+                "max_delete_per_run must be an int or None",
+            )
+            _require(cap >= 0, ValueError, f"max_delete_per_run must be >= 0, got {cap}")
+        age = self.sibling_branch_min_age
+        if age is not None:
+            _require(
+                isinstance(age, timedelta),
+                TypeError,
+                "sibling_branch_min_age must be a timedelta or None",
+            )
+            _require(age >= timedelta(0), ValueError, "sibling_branch_min_age must be >= 0")
+        ids = self.protect_checkpoint_ids
+        _require(
+            not isinstance(ids, str | bytes) and all(isinstance(i, str) for i in ids),
+            TypeError,
+            "protect_checkpoint_ids must be a collection of str ids",
+        )
+        object.__setattr__(self, "protect_checkpoint_ids", frozenset(ids))
+        _require(
+            self.is_reclaimable_leaf is None or callable(self.is_reclaimable_leaf),
+            TypeError,
+            "is_reclaimable_leaf must be callable or None",
+        )
+
+    def marker(self, node: CheckpointNode) -> bool:
+        """Whether `node` has the metadata-only marker under this policy."""
+        rule = self.is_reclaimable_leaf or is_duration_marker
+        return bool(rule(node))
+
+
+def _require(ok: bool, error: type[Exception], message: str) -> None:
+    if not ok:
+        raise error(message)
+
+
+NodeKey = tuple[str, str]
+BlobKey = tuple[str, str, str]
+"""(checkpoint_ns, channel, version)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """One checkpoint to delete, with the state the deletion was proven against.
+
+    A backend re-checks, inside its transaction: the row still has `parent_id`;
+    it has no child left; it owns no writes unless `writes_consumed`; with
+    `clone_of`, that parent still exists and it still clones it; with
+    `must_be_head`, no newer checkpoint is in its namespace.
+    """
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    reason: Reason
+    clone_of: str | None = None
+    must_be_head: bool = False
+    writes_consumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Graft:
+    """Re-parent `child_id` past the removed duration links `via` onto `new_parent_id`.
+
+    `via` lists the links nearest first; each must still clone its parent and
+    own no writes when the graft is carried out.
+    """
+
+    checkpoint_ns: str
+    child_id: str
+    via: tuple[str, ...]
+    new_parent_id: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one retention pass over a thread does.
+
+    `deletions` are ordered so that a checkpoint comes after all its children.
+    `grafts` run before them. `freed_blobs` are the blob keys that only deleted
+    checkpoints referenced.
+    """
+
+    deletions: tuple[Deletion, ...] = ()
+    grafts: tuple[Graft, ...] = ()
+    kept: Mapping[NodeKey, Protection] = field(default_factory=dict)
+    deferred: tuple[Deletion, ...] = ()
+    heads: Mapping[str, str] = field(default_factory=dict)
+    freed_blobs: tuple[BlobKey, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.deletions and not self.grafts
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """All checkpoints of one thread, as the rules see them."""
+
+    thread_id: str
+    nodes: Mapping[NodeKey, CheckpointNode]
+
+    @classmethod
+    def of(cls, thread_id: str, nodes: Iterable[CheckpointNode]) -> Lineage:
+        return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes})
+
+    def children(self) -> dict[NodeKey, list[NodeKey]]:
+        found: dict[NodeKey, list[NodeKey]] = {}
+        for key, node in self.nodes.items():
+            if node.parent_id is not None:
+                found.setdefault((node.checkpoint_ns, node.parent_id), []).append(key)
+        return found
+
+    def parent(self, node: CheckpointNode) -> CheckpointNode | None:
+        if node.parent_id is None:
+            return None
+        return self.nodes.get((node.checkpoint_ns, node.parent_id))
+
+    def heads(self) -> dict[str, str]:
+        latest: dict[str, str] = {}
+        for ns, checkpoint_id in self.nodes:
+            if checkpoint_id > latest.get(ns, ""):
+                latest[ns] = checkpoint_id
+        return latest
+
+
+class Skip(StrEnum):
+    """Why admission cleanup reclaimed nothing."""
+
+    EMPTY_THREAD = "empty-thread"
+    NOT_MARKED = "not-a-duration-leaf"
+    OWNS_WRITES = "owns-writes"
+    PROTECTED = "protected-id"
+    MISSING_PARENT = "missing-parent"
+    NOT_A_CLONE = "parent-state-differs"
+    PRECONDITION_CHANGED = "precondition-changed"
+    CACHE_INVALIDATION_FAILED = "cache-invalidation-failed"
+    FAILED = "failed"
+
+
+def leaf_skip(
+    node: CheckpointNode, policy: RetentionPolicy, protected: frozenset[str]
+) -> Skip | None:
+    """Why `node` cannot be a reclaimable leaf before its parent is known, else None."""
+    if node.checkpoint_id in protected or node.checkpoint_id in policy.protect_checkpoint_ids:
+        return Skip.PROTECTED
+    if node.write_count:
+        return Skip.OWNS_WRITES
+    if not policy.marker(node):
+        return Skip.NOT_MARKED
+    return None
+
+
+def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deletion:
+    """The guarded deletion of a duration-only checkpoint that clones its parent."""
+    return Deletion(
+        node.checkpoint_ns,
+        node.checkpoint_id,
+        node.parent_id,
+        reason,
+        clone_of=node.parent_id,
+        must_be_head=head,
+    )
+
+
+def plan_retention(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
+    """Turn one thread's lineage into a plan under `policy`. Pure and total."""
+    return _Planner(lineage, policy, now).plan()
+
+
+class _Planner:
+    def __init__(self, lineage: Lineage, policy: RetentionPolicy, now: datetime) -> None:
+        self.lineage = lineage
+        self.policy = policy
+        self.now = now
+        self.children = lineage.children()
+        self.kept: dict[NodeKey, Protection] = {}
+        self.referenced = _subgraph_parents(lineage)
+
+    def plan(self) -> Plan:
+        units = self._trailing_stacks()
+        self._protect_chains(set(_flatten(units)))
+        units += self._links()
+        units += self._superseded_subtrees(set(_flatten(units)))
+        deletions, deferred = _cap(units, self.policy.max_delete_per_run)
+        for deletion in deferred:
+            self.kept[(deletion.checkpoint_ns, deletion.checkpoint_id)] = Protection.CAPPED
+        done = {(d.checkpoint_ns, d.checkpoint_id) for d in deletions}
+        return Plan(
+            deletions=tuple(deletions),
+            grafts=tuple(self._grafts(done)),
+            kept=dict(self.kept),
+            deferred=tuple(deferred),
+            heads=self.lineage.heads(),
+            freed_blobs=_freed_blobs(self.lineage, done),
+        )
+
+    def _reclaimable(self, node: CheckpointNode) -> bool:
+        key = (node.checkpoint_ns, node.checkpoint_id)
+        if key in self.referenced or leaf_skip(node, self.policy, frozenset()) is not None:
+            return False
+        parent = self.lineage.parent(node)
+        return parent is not None and is_clone(node, parent)
+
+    def _trailing_stacks(self) -> list[list[Deletion]]:
+        units: list[list[Deletion]] = []
+        for ns, head_id in self.lineage.heads().items():
+            node = self.lineage.nodes[(ns, head_id)]
+            stack: list[Deletion] = []
+            while (
+                self.policy.trailing_duration_leaves
+                and self._reclaimable(node)
+                and all(k[1] in {d.checkpoint_id for d in stack} for k in self._kids(node))
+            ):
+                stack.append(leaf_deletion(node, Reason.TRAILING_DURATION_LEAF, head=True))
+                node = self.lineage.nodes[(ns, str(node.parent_id))]
+            self.kept[(ns, node.checkpoint_id)] = Protection.HEAD
+            if stack:
+                units.append(stack)
+        return units
+
+    def _kids(self, node: CheckpointNode) -> list[NodeKey]:
+        return self.children.get((node.checkpoint_ns, node.checkpoint_id), [])
+
+    def _protect_chains(self, deleted: set[NodeKey]) -> None:
+        for key, node in self.lineage.nodes.items():
+            if key in deleted:
+                continue
+            if node.checkpoint_id in self.policy.protect_checkpoint_ids:
+                self.kept[key] = Protection.EXPLICIT
+            elif key in self.referenced:
+                self.kept[key] = Protection.SUBGRAPH_PARENT
+            elif node.write_count and not self._kids(node):
+                self.kept[key] = Protection.PENDING_WRITES
+        for key in list(self.kept):
+            parent = self.lineage.parent(self.lineage.nodes[key])
+            while parent is not None:
+                pkey = (parent.checkpoint_ns, parent.checkpoint_id)
+                if pkey in self.kept:
+                    break
+                self.kept[pkey] = Protection.ANCESTOR
+                parent = self.lineage.parent(parent)
+
+    def _is_link(self, key: NodeKey) -> bool:
+        return self.kept.get(key) in (Protection.ANCESTOR, Protection.DURATION_LINK) and (
+            self._reclaimable(self.lineage.nodes[key])
+        )
+
+    def _links(self) -> list[list[Deletion]]:
+        links = sorted((k for k in self.kept if self._is_link(k)), reverse=True)
+        if not self.policy.graft_duration_links:
+            self.kept.update(dict.fromkeys(links, Protection.DURATION_LINK))
+            return []
+        for key in links:
+            del self.kept[key]
+        nodes = (self.lineage.nodes[k] for k in links)
+        return [[leaf_deletion(n, Reason.GRAFTED_DURATION_LINK, head=False)] for n in nodes]
+
+    def _grafts(self, done: set[NodeKey]) -> list[Graft]:
+        """Re-parent each surviving child of a deleted link past every deleted link above it."""
+        grafts: list[Graft] = []
+        for key, node in self.lineage.nodes.items():
+            via: list[str] = []
+            parent = self.lineage.parent(node)
+            while parent is not None and (parent.checkpoint_ns, parent.checkpoint_id) in done:
+                if not self._reclaimable(parent):
+                    break
+                via.append(parent.checkpoint_id)
+                parent = self.lineage.parent(parent)
+            if key not in done and via and parent is not None:
+                grafts.append(Graft(key[0], key[1], tuple(via), parent.checkpoint_id))
+        return grafts
+
+    def _superseded_subtrees(self, taken: set[NodeKey]) -> list[list[Deletion]]:
+        loose = {k for k in self.lineage.nodes if k not in self.kept and k not in taken}
+        roots = [k for k in loose if self._parent_key(k) not in loose]
+        subtrees = [self._post_order(root, loose) for root in roots]
+        subtrees.sort(key=lambda keys: max(self.lineage.nodes[k].ts for k in keys))
+        units: list[list[Deletion]] = []
+        for root, keys in zip(roots, subtrees, strict=True):
+            protection = self._subtree_protection(root, keys)
+            if protection is not None:
+                self.kept.update(dict.fromkeys(keys, protection))
+                continue
+            units.append([self._branch_deletion(self.lineage.nodes[k]) for k in keys])
+        return units
+
+    def _parent_key(self, key: NodeKey) -> NodeKey | None:
+        parent_id = self.lineage.nodes[key].parent_id
+        return None if parent_id is None else (key[0], parent_id)
+
+    def _post_order(self, root: NodeKey, loose: set[NodeKey]) -> list[NodeKey]:
+        order: list[NodeKey] = []
+        stack: list[tuple[NodeKey, bool]] = [(root, False)]
+        while stack:
+            key, expanded = stack.pop()
+            if expanded:
+                order.append(key)
+                continue
+            stack.append((key, True))
+            node = self.lineage.nodes[key]
+            stack.extend((k, False) for k in self._kids(node) if k in loose)
+        return order
+
+    def _subtree_protection(self, root: NodeKey, keys: Sequence[NodeKey]) -> Protection | None:
+        parent_key = self._parent_key(root)
+        if parent_key is None or parent_key not in self.lineage.nodes:
+            return Protection.FORK_POINT_MISSING
+        if not self.policy.prune_leaf_sibling_branches:
+            return Protection.NOT_ENABLED
+        min_age = self.policy.sibling_branch_min_age
+        if min_age is not None:
+            stamps = [_parse_ts(self.lineage.nodes[k].ts) for k in keys]
+            if None in stamps or self.now - max(t for t in stamps if t) < min_age:
+                return Protection.TOO_YOUNG
+        return None
+
+    def _branch_deletion(self, node: CheckpointNode) -> Deletion:
+        return Deletion(
+            node.checkpoint_ns,
+            node.checkpoint_id,
+            node.parent_id,
+            Reason.SUPERSEDED_BRANCH,
+            writes_consumed=node.write_count > 0,
+        )
+
+
+def _subgraph_parents(lineage: Lineage) -> set[NodeKey]:
+    """Checkpoints another namespace's checkpoints name in `metadata["parents"]`."""
+    found: set[NodeKey] = set()
+    for node in lineage.nodes.values():
+        parents = node.metadata.get("parents")
+        if isinstance(parents, Mapping):
+            found.update(
+                (ns, cid)
+                for ns, cid in parents.items()
+                if isinstance(cid, str) and ns != node.checkpoint_ns
+            )
+    return found
+
+
+def _flatten(units: Iterable[Sequence[Deletion]]) -> Iterable[NodeKey]:
+    return ((d.checkpoint_ns, d.checkpoint_id) for unit in units for d in unit)
+
+
+def _cap(
+    units: Sequence[Sequence[Deletion]], cap: int | None
+) -> tuple[list[Deletion], list[Deletion]]:
+    """Take whole units, then a prefix of the next: every prefix keeps children first."""
+    ordered = [d for unit in units for d in unit]
+    if cap is None:
+        return ordered, []
+    return ordered[:cap], ordered[cap:]
+
+
+def _freed_blobs(lineage: Lineage, deleted: set[NodeKey]) -> tuple[BlobKey, ...]:
+    def versions(keys: Iterable[NodeKey]) -> set[BlobKey]:
+        return {
+            (ns, channel, version)
+            for ns, cid in keys
+            for channel, version in lineage.nodes[(ns, cid)].channel_versions.items()
+        }
+
+    survivors = (k for k in lineage.nodes if k not in deleted)
+    return tuple(sorted(versions(deleted) - versions(survivors), key=repr))
+
+
+def _parse_ts(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+
+
+def deletion_holds(
+    deletion: Deletion,
+    now: Mapping[str, CheckpointNode],
+    *,
+    has_children: bool,
+    newest_id: str | None,
+) -> bool:
+    """Whether what `deletion` was proven against still holds, as read in its transaction.
+
+    Args:
+        deletion: The planned deletion.
+        now: The rows of the checkpoint and of `clone_of`, by id, as they are now.
+        has_children: Whether any checkpoint still names it as parent.
+        newest_id: The newest id in its namespace, read when `must_be_head`.
+    """
+    node = now.get(deletion.checkpoint_id)
+    if node is None or node.parent_id != deletion.parent_id or has_children:
+        return False
+    if node.write_count and not deletion.writes_consumed:
+        return False
+    if deletion.must_be_head and newest_id != deletion.checkpoint_id:
+        return False
+    if deletion.clone_of is not None:
+        parent = now.get(deletion.clone_of)
+        return parent is not None and is_clone(node, parent)
+    return True
+
+
+def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
+    """Whether `graft` is still sound: every link it skips clones its parent, owns no writes."""
+    child = now.get(graft.child_id)
+    if child is None or child.parent_id != graft.via[0]:
+        return False
+    for link_id, parent_id in zip(graft.via, (*graft.via[1:], graft.new_parent_id), strict=True):
+        link, parent = now.get(link_id), now.get(parent_id)
+        if link is None or parent is None or link.write_count or not is_clone(link, parent):
+            return False
+    return True

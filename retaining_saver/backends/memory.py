@@ -1,0 +1,159 @@
+"""`InMemorySaver`: `storage[thread][ns][id] = (checkpoint, metadata, parent_id)`,
+`writes[(thread, ns, id)] = {(task_id, idx): ...}`, `blobs[(thread, ns, channel, version)]`.
+
+Statements are closures over the saver's dicts. `writes` is a defaultdict, so a
+checkpoint may have an empty entry that was only ever read: it owns no writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
+from retaining_saver.backends._base import Backend, Op, StorageStats, T, TableStats
+
+Statement = Callable[[], Any]
+
+
+class MemoryBackend(Backend):
+    """Backend over an `InMemorySaver`'s three dicts."""
+
+    kind = "memory"
+    tables = ("storage", "writes", "blobs")
+    stores_blobs = True
+    saver: InMemorySaver
+
+    def run(self, op: Op[T]) -> T:
+        try:
+            statement = next(op)
+            while True:
+                statement = op.send(statement())
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+    async def arun(self, op: Op[T]) -> T:
+        # Nothing here awaits, so the operation is as atomic as a sync call.
+        return self.run(op)
+
+    def _namespaces(self, thread_id: str) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = self.saver.storage.get(thread_id, {})
+        return found
+
+    def _node(self, thread_id: str, ns: str, checkpoint_id: str, row: Any) -> CheckpointNode:
+        checkpoint_typed, metadata_typed, parent_id = row
+        checkpoint = self.saver.serde.loads_typed(checkpoint_typed)
+        metadata = self.saver.serde.loads_typed(metadata_typed)
+        writes = self.saver.writes.get((thread_id, ns, checkpoint_id)) or {}
+        return CheckpointNode(
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            channel_versions=checkpoint.get("channel_versions", {}),
+            versions_seen=checkpoint.get("versions_seen", {}),
+            write_count=len(writes),
+            metadata=metadata,
+            ts=checkpoint.get("ts", ""),
+        )
+
+    def _iter_nodes(self, thread_id: str) -> Iterator[CheckpointNode]:
+        for ns, rows in self._namespaces(thread_id).items():
+            for checkpoint_id, row in rows.items():
+                yield self._node(thread_id, ns, checkpoint_id, row)
+
+    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+        nodes = yield lambda: list(self._iter_nodes(thread_id))
+        return Lineage.of(thread_id, nodes)
+
+    def load_nodes(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, CheckpointNode]]:
+        def statement() -> dict[str, CheckpointNode]:
+            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+            return {i: self._node(thread_id, checkpoint_ns, i, rows[i]) for i in ids if i in rows}
+
+        found: dict[str, CheckpointNode] = yield statement
+        return found
+
+    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+        found: bool = yield lambda: any(row[2] == checkpoint_id for row in rows.values())
+        return found
+
+    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
+        rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+        newest: str | None = yield lambda: max(rows, default=None)
+        return newest
+
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
+        def statement() -> None:
+            del self.saver.storage[thread_id][checkpoint_ns][checkpoint_id]
+            self.saver.writes.pop((thread_id, checkpoint_ns, checkpoint_id), None)
+
+        yield statement
+
+    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
+        def statement() -> None:
+            rows = self.saver.storage[thread_id][graft.checkpoint_ns]
+            checkpoint, metadata, _ = rows[graft.child_id]
+            rows[graft.child_id] = (checkpoint, metadata, graft.new_parent_id)
+
+        yield statement
+
+    def delete_unreferenced_blobs(
+        self, thread_id: str, candidates: Sequence[BlobKey]
+    ) -> Op[list[BlobKey]]:
+        def statement() -> list[BlobKey]:
+            referenced = {
+                (n.checkpoint_ns, channel, version)
+                for n in self._iter_nodes(thread_id)
+                for channel, version in n.channel_versions.items()
+            }
+            freed = [key for key in candidates if key not in referenced]
+            for ns, channel, version in freed:
+                self.saver.blobs.pop((thread_id, ns, channel, version), None)
+            return freed
+
+        freed: list[BlobKey] = yield statement
+        return freed
+
+    def stats(self, thread_id: str | None) -> Op[StorageStats]:
+        stats: StorageStats = yield lambda: self._stats(thread_id)
+        return stats
+
+    def _stats(self, thread_id: str | None) -> StorageStats:
+        def mine(key: Any) -> bool:
+            return thread_id is None or key[0] == thread_id
+
+        threads = [thread_id] if thread_id is not None else list(self.saver.storage)
+        rows = [
+            row
+            for t in threads
+            for ns_rows in self._namespaces(t).values()
+            for row in ns_rows.values()
+        ]
+        writes = [w for k, ws in self.saver.writes.items() if mine(k) for w in ws.values()]
+        blobs = [b for k, b in self.saver.blobs.items() if mine(k)]
+        return StorageStats(
+            thread_id,
+            {
+                "storage": TableStats(len(rows), sum(len(r[0][1]) + len(r[1][1]) for r in rows)),
+                "writes": TableStats(len(writes), sum(len(w[2][1]) for w in writes)),
+                "blobs": TableStats(len(blobs), sum(len(b[1]) for b in blobs)),
+            },
+        )
+
+    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
+        def statement() -> list[str]:
+            ids = sorted(t for t, nss in self.saver.storage.items() if any(nss.values()))
+            return [t for t in ids if after is None or t > after][:limit]
+
+        found: list[str] = yield statement
+        return found
+
+
+def make_backend(saver: InMemorySaver) -> MemoryBackend:
+    return MemoryBackend(saver)
