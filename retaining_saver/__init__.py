@@ -1,16 +1,42 @@
 """Lineage-safe checkpoint retention for LangGraph savers."""
 
+from retaining_saver._admission import AdmissionResult
+from retaining_saver._caches import DeltaHistoryCache, HistoryCache
+from retaining_saver._engine import RetentionReport
 from retaining_saver._errors import (
     CheckpointNotFoundError,
     RetainingSaverError,
     UnsupportedSaverError,
 )
-from retaining_saver._saver import RetainingSaver
+from retaining_saver._rules import (
+    CheckpointNode,
+    Protection,
+    Reason,
+    RetentionPolicy,
+    Skip,
+    is_duration_marker,
+)
+from retaining_saver._saver import AdmissionCounters, ReclaimEvent, RetainingSaver
+from retaining_saver.backends._base import StorageStats, TableStats
 
 __all__ = [
+    "AdmissionCounters",
+    "AdmissionResult",
+    "CheckpointNode",
     "CheckpointNotFoundError",
+    "DeltaHistoryCache",
+    "HistoryCache",
+    "Protection",
+    "Reason",
+    "ReclaimEvent",
     "RetainingSaver",
     "RetainingSaverError",
+    "RetentionPolicy",
+    "RetentionReport",
+    "Skip",
+    "StorageStats",
+    "TableStats",
     "UnsupportedSaverError",
+    "is_duration_marker",
 ]
 __version__ = "0.1.0"

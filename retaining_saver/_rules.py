@@ -298,6 +298,7 @@ class Skip(StrEnum):
     PRECONDITION_CHANGED = "precondition-changed"
     CACHE_INVALIDATION_FAILED = "cache-invalidation-failed"
     FAILED = "failed"
+    DISABLED = "cleanup-disabled"
 
 
 def leaf_skip(

@@ -3,56 +3,367 @@
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
-from typing import Any
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from retaining_saver import _admission
+from retaining_saver._admission import AdmissionResult
+from retaining_saver._caches import HistoryCache
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._errors import UnsupportedSaverError
-from retaining_saver.backends import backend_name
+from retaining_saver._effects import Flow, Invalidate, Lookup, Performer, adrive, drive
+from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
+from retaining_saver._locks import ThreadLocks
+from retaining_saver._maintenance import MaintenanceMixin
+from retaining_saver._rules import LeafPredicate, RetentionPolicy, Skip
+from retaining_saver.backends import backend_for
 
 logger = logging.getLogger("retaining_saver")
 
-
-def _require_bool(flag: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
-    return value
+Admission = Literal["auto", "explicit", "off"]
+_ADMISSIONS = ("auto", "explicit", "off")
 
 
-class RetainingSaver(DelegatingSaver):
-    """Wrap any LangGraph checkpoint saver and keep its storage bounded.
+@dataclass(frozen=True)
+class ReclaimEvent:
+    """One reclaimed checkpoint, as passed to `on_reclaim`."""
 
-    The wrapper behaves exactly like `inner`; see the README for what it
-    reclaims and when.
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    successor_id: str | None
+
+
+@dataclass(frozen=True)
+class AdmissionCounters:
+    """Totals since the saver was made: admissions attempted, checkpoints reclaimed,
+    admissions skipped by reason, and admissions whose cleanup failed."""
+
+    attempted: int
+    reclaimed: int
+    skipped: dict[str, int]
+    failed: int
+
+
+def _require(ok: bool, error: type[Exception], message: str) -> None:
+    if not ok:
+        raise error(message)
+
+
+class RetainingSaver(MaintenanceMixin, DelegatingSaver):
+    """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
+
+    It behaves exactly like `inner`, except that when a run is admitted on a
+    thread it first reclaims the trailing duration-only leaf (a clone of its
+    parent that an app stamped after the last run), under a per-thread lock,
+    after invalidating history caches. Cleanup failures are logged, never
+    raised into the run.
 
     Args:
         inner: The saver that stores the checkpoints.
-        strict: If True, an `inner` whose storage layout is not supported
-            raises `UnsupportedSaverError`. If False (the default), such a saver
-            is wrapped with cleanup disabled, and one warning says so.
+        strict: Raise `UnsupportedSaverError` for an `inner` whose storage is not
+            supported, instead of wrapping it with cleanup disabled and a warning.
+        admission: `"auto"` cleans up on the first, unpinned, root-namespace read
+            of each LangGraph run; `"explicit"` only in `admit`/`aadmit`;
+            `"off"` never.
+        history_caches: Caches to invalidate before any deletion. A
+            `DeltaHistoryCache` here also answers pinned delta-history reads.
+        protect_checkpoint_ids: Ids never reclaimed, by admission or the engine.
+        retry_unpinned_reads: Re-read "latest" once if the checkpoint an
+            unpinned read resolved was reclaimed while it was hydrated.
+        strict_pinned_reads: A read pinned to a missing `checkpoint_id` raises
+            `CheckpointNotFoundError` instead of returning None.
+        is_reclaimable_leaf: Replaces the default duration-marker rule. A leaf
+            must still clone its parent and own no writes.
+        on_reclaim: Called with a `ReclaimEvent` per reclaimed checkpoint.
 
     Raises:
         TypeError: If `inner` is not a `BaseCheckpointSaver`, or a flag has the
             wrong type.
-        UnsupportedSaverError: If `strict` is True and `inner` is not supported.
+        ValueError: If a flag has a wrong value.
+        UnsupportedSaverError: If `strict` and `inner` is not supported.
     """
 
-    def __init__(self, inner: BaseCheckpointSaver[Any], /, *, strict: bool = False) -> None:
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        /,
+        *,
+        strict: bool = False,
+        admission: Admission = "auto",
+        history_caches: Sequence[HistoryCache] = (),
+        protect_checkpoint_ids: Collection[str] = (),
+        retry_unpinned_reads: bool = True,
+        strict_pinned_reads: bool = False,
+        is_reclaimable_leaf: LeafPredicate | None = None,
+        on_reclaim: Callable[[ReclaimEvent], None] | None = None,
+    ) -> None:
         super().__init__(inner)
-        self.strict = _require_bool("strict", strict)
-        self.backend_name = backend_name(inner)
-        if self.backend_name is None:
-            if self.strict:
+        for name, value in (
+            ("strict", strict),
+            ("retry_unpinned_reads", retry_unpinned_reads),
+            ("strict_pinned_reads", strict_pinned_reads),
+        ):
+            _require(isinstance(value, bool), TypeError, f"{name} must be a bool, got {value!r}")
+        _require(admission in _ADMISSIONS, ValueError, f"admission must be one of {_ADMISSIONS}")
+        caches = list(history_caches)
+        _require(
+            all(isinstance(c, HistoryCache) for c in caches),
+            TypeError,
+            "history_caches must hold HistoryCache objects (invalidate/purge and async twins)",
+        )
+        _require(
+            on_reclaim is None or callable(on_reclaim), TypeError, "on_reclaim must be callable"
+        )
+        try:
+            self.policy = RetentionPolicy(
+                protect_checkpoint_ids=frozenset(protect_checkpoint_ids)
+                if not isinstance(protect_checkpoint_ids, str)
+                else protect_checkpoint_ids,  # type: ignore[arg-type]
+                is_reclaimable_leaf=is_reclaimable_leaf,
+            )
+        except TypeError as error:
+            raise TypeError(f"{error} (flag protect_checkpoint_ids/is_reclaimable_leaf)") from None
+        if isinstance(inner, HistoryCache):
+            caches.append(inner)
+        self.strict = strict
+        self.admission: Admission = admission
+        self.history_caches: tuple[HistoryCache, ...] = tuple(caches)
+        self.retry_unpinned_reads = retry_unpinned_reads
+        self.strict_pinned_reads = strict_pinned_reads
+        self.on_reclaim = on_reclaim
+        self.backend = backend_for(inner)
+        if self.backend is None:
+            if strict:
                 raise UnsupportedSaverError(type(inner))
             warnings.warn(
                 f"RetainingSaver: {type(inner).__qualname__} is not a supported saver; "
                 "it is passed through with cleanup disabled",
                 stacklevel=2,
             )
+        self.performer = Performer(inner, self.backend, self.history_caches)
+        self.locks = ThreadLocks()
+        self._runs = _admission.RunTracker()
+        self._counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
+        self._successors: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 
     @property
     def cleanup_enabled(self) -> bool:
         """Whether this wrapper may ever delete anything from `inner`."""
-        return self.backend_name is not None
+        return self.backend is not None and self.admission != "off"
+
+    @property
+    def counters(self) -> AdmissionCounters:
+        """Admission totals so far."""
+        with self._counts_lock:
+            counts = dict(self._counts)
+        skipped = {k[5:]: v for k, v in counts.items() if k.startswith("skip:")}
+        return AdmissionCounters(
+            counts.get("attempted", 0), counts.get("reclaimed", 0), skipped, counts.get("failed", 0)
+        )
+
+    # Reads
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if self._is_admission(config):
+            thread_id = str(config["configurable"]["thread_id"])
+            with self.locks.hold(thread_id):
+                return self._admit(thread_id, config, self._cleanup(thread_id, config)).head
+        return self._pinned_result(config, drive(self._read(config), self.performer))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if self._is_admission(config):
+            thread_id = str(config["configurable"]["thread_id"])
+            async with self.locks.ahold(thread_id):
+                return (
+                    await self._aadmit(thread_id, config, self._cleanup(thread_id, config))
+                ).head
+        return self._pinned_result(config, await adrive(self._read(config), self.performer))
+
+    def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
+        """Run bounded cleanup for `thread_id` now, as a run about to start would.
+
+        For gateways with `admission="explicit"`, after winning the thread.
+        Never raises for a cleanup failure; the result says what happened.
+        """
+        config = self._thread_config(thread_id, checkpoint_ns)
+        with self.locks.hold(str(thread_id)):
+            return self._admit(str(thread_id), config, self._cleanup(str(thread_id), config))
+
+    async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
+        """Async `admit`."""
+        config = self._thread_config(thread_id, checkpoint_ns)
+        async with self.locks.ahold(str(thread_id)):
+            return await self._aadmit(str(thread_id), config, self._cleanup(str(thread_id), config))
+
+    def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
+        _require(
+            isinstance(thread_id, str) and bool(thread_id),
+            TypeError,
+            "thread_id must be a non-empty str",
+        )
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
+
+    def _is_admission(self, config: RunnableConfig) -> bool:
+        if self.admission != "auto" or self.backend is None:
+            return False
+        return _admission.is_admission_read(config, self._runs)
+
+    def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
+        if config.get("configurable", {}).get("checkpoint_id") or not self.retry_unpinned_reads:
+            found: CheckpointTuple | None = yield Lookup(config)
+            return found
+        return (yield from _admission.settled_read(config, self.backend, self.policy))
+
+    def _pinned_result(
+        self, config: RunnableConfig, found: CheckpointTuple | None
+    ) -> CheckpointTuple | None:
+        configurable = config.get("configurable", {})
+        checkpoint_id = configurable.get("checkpoint_id")
+        if found is None and checkpoint_id and self.strict_pinned_reads:
+            thread_id = str(configurable.get("thread_id"))
+            ns = configurable.get("checkpoint_ns", "")
+            successor = self._successors.get((thread_id, ns, checkpoint_id))
+            raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, successor)
+        return found
+
+    # Admission
+
+    def _cleanup(self, thread_id: str, config: RunnableConfig) -> Flow[AdmissionResult]:
+        if self.backend is None or self.admission == "off":
+            return self._no_cleanup(thread_id, config)
+        protected = _admission.run_selectors(config)
+        return self._settled(
+            _admission.bounded_cleanup(thread_id, config, self.backend, self.policy, protected),
+            config,
+        )
+
+    def _no_cleanup(self, thread_id: str, config: RunnableConfig) -> Flow[AdmissionResult]:
+        head = yield from self._read(config)
+        return AdmissionResult(thread_id, (), Skip.DISABLED, head)
+
+    def _settled(
+        self, cleanup: Flow[AdmissionResult], config: RunnableConfig
+    ) -> Flow[AdmissionResult]:
+        result = yield from cleanup
+        head = result.head
+        if (
+            head is not None
+            and self.retry_unpinned_reads
+            and self.backend is not None
+            and _admission.could_vanish(head, self.policy)
+        ):
+            head = yield from _admission.recheck(head, config, self.backend)
+        return AdmissionResult(result.thread_id, result.reclaimed, result.skipped, head)
+
+    def _admit(
+        self, thread_id: str, config: RunnableConfig, flow: Flow[AdmissionResult]
+    ) -> AdmissionResult:
+        try:
+            return self._record(config, drive(flow, self.performer))
+        except Exception as error:
+            self._failed(thread_id, error)
+        return AdmissionResult(thread_id, (), Skip.FAILED, self.inner.get_tuple(config))
+
+    async def _aadmit(
+        self, thread_id: str, config: RunnableConfig, flow: Flow[AdmissionResult]
+    ) -> AdmissionResult:
+        try:
+            return self._record(config, await adrive(flow, self.performer))
+        except Exception as error:
+            self._failed(thread_id, error)
+        return AdmissionResult(thread_id, (), Skip.FAILED, await self.inner.aget_tuple(config))
+
+    def _failed(self, thread_id: str, error: Exception) -> None:
+        self._count("attempted", "failed")
+        logger.warning(
+            "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
+        )
+
+    def _count(self, *keys: str, by: int = 1) -> None:
+        with self._counts_lock:
+            for key in keys:
+                self._counts[key] += by
+
+    def _record(self, config: RunnableConfig, result: AdmissionResult) -> AdmissionResult:
+        self._count("attempted")
+        if result.skipped is not None:
+            self._count(f"skip:{result.skipped.value}")
+        if not result.reclaimed:
+            return result
+        self._count("reclaimed", by=len(result.reclaimed))
+        ns = config.get("configurable", {}).get("checkpoint_ns", "")
+        successor = result.head.checkpoint["id"] if result.head else None
+        for checkpoint_id in result.reclaimed:
+            self._remember_successor((result.thread_id, ns, checkpoint_id), successor)
+            logger.info(
+                "reclaimed checkpoint %s of thread %s (successor %s)",
+                checkpoint_id,
+                result.thread_id,
+                successor,
+            )
+            if self.on_reclaim is not None:
+                event = ReclaimEvent(result.thread_id, ns, checkpoint_id, successor)
+                try:
+                    self.on_reclaim(event)
+                except Exception:
+                    logger.exception("on_reclaim callback failed for %s", checkpoint_id)
+        return result
+
+    def _remember_successor(self, key: tuple[str, str, str], successor: str | None) -> None:
+        with self._counts_lock:
+            self._successors[key] = successor
+            if len(self._successors) > 4096:
+                self._successors.popitem(last=False)
+
+    # Whole-thread deletions purge the caches before and after.
+
+    def delete_thread(self, thread_id: str) -> None:
+        drive(_purged(str(thread_id)), self.performer)
+        self.inner.delete_thread(thread_id)
+        drive(_purged(str(thread_id)), self.performer)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await adrive(_purged(str(thread_id)), self.performer)
+        await self.inner.adelete_thread(thread_id)
+        await adrive(_purged(str(thread_id)), self.performer)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for thread_id in _thread_list(thread_ids):
+            drive(_purged(thread_id), self.performer)
+        self.inner.prune(thread_ids, strategy=strategy)
+        for thread_id in _thread_list(thread_ids):
+            drive(_purged(thread_id), self.performer)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for thread_id in _thread_list(thread_ids):
+            await adrive(_purged(thread_id), self.performer)
+        await self.inner.aprune(thread_ids, strategy=strategy)
+        for thread_id in _thread_list(thread_ids):
+            await adrive(_purged(thread_id), self.performer)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        drive(_purged(None), self.performer)
+        self.inner.delete_for_runs(run_ids)
+        drive(_purged(None), self.performer)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await adrive(_purged(None), self.performer)
+        await self.inner.adelete_for_runs(run_ids)
+        await adrive(_purged(None), self.performer)
+
+
+def _purged(thread_id: str | None) -> Flow[None]:
+    yield Invalidate(thread_id, "", None)
+
+
+def _thread_list(thread_ids: Sequence[str]) -> list[str]:
+    # A str is refused by the inner saver; iterating it here would purge per letter.
+    return [] if isinstance(thread_ids, str) else [str(t) for t in thread_ids]

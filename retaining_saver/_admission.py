@@ -1,0 +1,208 @@
+"""Bounded admission cleanup: reclaim the trailing duration leaf before a run reads.
+
+The flow makes at most `1 + MAX_STACKED_LEAVES` checkpoint lookups (one for a
+single leaf, the usual case: the head, which is the admission read itself,
+and its parent), and one guarded deletion transaction. It never lists the
+thread, scans writes, gathers statistics or collects blobs: a reclaimed leaf
+clones its parent, which references every blob the leaf did.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+
+from retaining_saver import _rules
+from retaining_saver._effects import Flow, Invalidate, Lookup, Transact
+from retaining_saver._rules import CheckpointNode, Plan, Reason, RetentionPolicy, Skip
+from retaining_saver.backends._base import Applied, Backend
+
+# LangGraph marks the reads of its run loop with this `configurable` key;
+# tests/test_admission_detection.py pins it against the installed LangGraph.
+RUNTIME_KEY = "__pregel_runtime"
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """What one admission did.
+
+    Attributes:
+        thread_id: The admitted thread.
+        reclaimed: Ids deleted, newest first; empty if nothing was.
+        skipped: Why nothing (or not everything) was reclaimed, else None.
+        head: The checkpoint the run should start from, as an unpinned read
+            would return it now.
+    """
+
+    thread_id: str
+    reclaimed: tuple[str, ...]
+    skipped: Skip | None
+    head: CheckpointTuple | None = field(repr=False, default=None)
+
+
+def node_of(value: CheckpointTuple) -> CheckpointNode:
+    """The rules' view of a checkpoint tuple a saver returned."""
+    configurable = value.config.get("configurable", {})
+    parent = (value.parent_config or {}).get("configurable", {})
+    checkpoint = value.checkpoint
+    return CheckpointNode(
+        checkpoint_ns=configurable.get("checkpoint_ns", ""),
+        checkpoint_id=checkpoint["id"],
+        parent_id=parent.get("checkpoint_id"),
+        channel_versions=checkpoint.get("channel_versions", {}),
+        versions_seen=checkpoint.get("versions_seen", {}),
+        write_count=len(value.pending_writes or ()),
+        metadata=value.metadata,
+        ts=checkpoint.get("ts", ""),
+    )
+
+
+def pinned(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
+    configurable = config.get("configurable", {})
+    return {
+        "configurable": {
+            "thread_id": configurable["thread_id"],
+            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def run_selectors(config: RunnableConfig) -> frozenset[str]:
+    """Checkpoint ids a run's config addresses: its `checkpoint_id` and `checkpoint_map`."""
+    configurable = config.get("configurable", {})
+    ids = set()
+    if checkpoint_id := configurable.get("checkpoint_id"):
+        ids.add(str(checkpoint_id))
+    checkpoint_map = configurable.get("checkpoint_map")
+    if isinstance(checkpoint_map, Mapping):
+        ids.update(str(v) for v in checkpoint_map.values() if v)
+    return frozenset(ids)
+
+
+def bounded_cleanup(
+    thread_id: str,
+    read_config: RunnableConfig,
+    backend: Backend,
+    policy: RetentionPolicy,
+    protected: frozenset[str],
+) -> Flow[AdmissionResult]:
+    """Reclaim the head's stack of duration leaves; answer the head the run should read."""
+    head: CheckpointTuple | None = yield Lookup(read_config)
+    if head is None:
+        return AdmissionResult(thread_id, (), Skip.EMPTY_THREAD, None)
+    chain = [(node_of(head), head)]
+    skip: Skip | None = None
+    while len(chain) <= _rules.MAX_STACKED_LEAVES:
+        leaf = chain[-1][0]
+        skip = _rules.leaf_skip(leaf, policy, protected)
+        if skip is None and leaf.parent_id is None:
+            skip = Skip.MISSING_PARENT
+        if skip is not None:
+            break
+        parent_tuple = yield Lookup(pinned(read_config, str(leaf.parent_id)))
+        if parent_tuple is None:
+            skip = Skip.MISSING_PARENT
+            break
+        parent = node_of(parent_tuple)
+        if not _rules.is_clone(leaf, parent):
+            skip = Skip.NOT_A_CLONE
+            break
+        chain.append((parent, parent_tuple))
+    leaves = [node for node, _ in chain[:-1]]
+    if not leaves:
+        return AdmissionResult(thread_id, (), skip, head)
+    ids = [leaf.checkpoint_id for leaf in leaves]
+    try:
+        yield Invalidate(thread_id, leaves[0].checkpoint_ns, ids)
+    except Exception:
+        return AdmissionResult(thread_id, (), Skip.CACHE_INVALIDATION_FAILED, head)
+    plan = Plan(
+        deletions=tuple(
+            _rules.leaf_deletion(n, Reason.TRAILING_DURATION_LEAF, head=True) for n in leaves
+        )
+    )
+    applied: Applied = yield Transact(backend.apply_plan(thread_id, plan))
+    reclaimed = tuple(d.checkpoint_id for d in applied.deleted)
+    if len(reclaimed) == len(leaves):
+        return AdmissionResult(thread_id, reclaimed, None, chain[-1][1])
+    # Someone else changed the thread meanwhile: read the head as it is now.
+    fresh = yield Lookup(read_config)
+    return AdmissionResult(thread_id, reclaimed, Skip.PRECONDITION_CHANGED, fresh)
+
+
+class RunTracker:
+    """Tells a run's first checkpoint read from its later ones.
+
+    A run pinned to a `checkpoint_id` also reads "latest" later (to see whether
+    its target was superseded); only a run whose *first* read is unpinned is
+    being admitted. Runs are told apart by their runtime object; the most
+    recent `size` are remembered, strongly, so an id is never reused while kept.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._seen: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first_read(self, runtime: Any) -> bool:
+        key = id(runtime)
+        with self._lock:
+            if self._seen.get(key) is runtime:
+                return False
+            self._seen[key] = runtime
+            if len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+            return True
+
+
+def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
+    """Whether `config` is the first read of a LangGraph run, unpinned, in the root graph."""
+    configurable = config.get("configurable", {})
+    runtime = configurable.get(RUNTIME_KEY)
+    if runtime is None:
+        return False
+    first = runs.first_read(runtime)
+    return (
+        first
+        and not configurable.get("checkpoint_id")
+        and not configurable.get("checkpoint_ns", "")
+    )
+
+
+def settled_read(
+    config: RunnableConfig, backend: Backend | None, policy: RetentionPolicy
+) -> Flow[CheckpointTuple | None]:
+    """An unpinned read that is retried once if its target vanished while it hydrated.
+
+    Only a duration-leaf-shaped head can be reclaimed under a reader, so only
+    then is its row checked again; any other read costs nothing extra.
+    """
+    found: CheckpointTuple | None = yield Lookup(config)
+    if found is None or backend is None or not could_vanish(found, policy):
+        return found
+    return (yield from recheck(found, config, backend))
+
+
+def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:
+    return _rules.leaf_skip(node_of(found), policy, frozenset()) is None
+
+
+def recheck(
+    found: CheckpointTuple, config: RunnableConfig, backend: Backend
+) -> Flow[CheckpointTuple | None]:
+    """`found` if its row still exists, else a fresh unpinned read."""
+    node = node_of(found)
+    thread_id = str(config["configurable"]["thread_id"])
+    op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
+    still: dict[str, CheckpointNode] = yield Transact(op)
+    if node.checkpoint_id in still:
+        return found
+    retried: CheckpointTuple | None = yield Lookup(config)
+    return retried

@@ -1,0 +1,112 @@
+"""The history-cache lifecycle API, and a bounded cache for delta-channel history.
+
+A cache of anything derived from checkpoints must forget a checkpoint before
+the checkpoint is deleted; `RetainingSaver` calls `invalidate` (or `purge`)
+on every cache it knows first, and deletes nothing if that fails.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from langgraph.checkpoint.base import DeltaChannelHistory
+
+
+@runtime_checkable
+class HistoryCache(Protocol):
+    """What `RetainingSaver` needs from a cache: forget ids, or whole threads.
+
+    `purge(None)` forgets every thread (used by `delete_for_runs`, which does
+    not say which threads it touches).
+    """
+
+    def invalidate(self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]) -> None:
+        """Forget everything derived from these checkpoints."""
+
+    async def ainvalidate(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]
+    ) -> None:
+        """Async `invalidate`."""
+
+    def purge(self, thread_id: str | None) -> None:
+        """Forget everything about `thread_id`, or about every thread if None."""
+
+    async def apurge(self, thread_id: str | None) -> None:
+        """Async `purge`."""
+
+
+CacheKey = tuple[str, str, str, str]
+"""(thread_id, checkpoint_ns, checkpoint_id, channel): immutable once written."""
+
+
+class DeltaHistoryCache:
+    """A bounded LRU read-through cache of `get_delta_channel_history` results.
+
+    Pass it in `RetainingSaver(history_caches=[cache])`: reads pinned to a
+    `checkpoint_id` are answered from it, and it is invalidated before any
+    checkpoint is reclaimed. Unpinned reads bypass it, since "latest" moves.
+
+    Args:
+        maxsize: How many (thread, namespace, checkpoint, channel) entries it keeps.
+
+    Raises:
+        ValueError: If `maxsize` is not a positive int.
+    """
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
+            raise ValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[CacheKey, DeltaChannelHistory] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, keys: Iterable[CacheKey]) -> dict[str, DeltaChannelHistory]:
+        """The cached entries among `keys`, by channel."""
+        found: dict[str, DeltaChannelHistory] = {}
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is None:
+                    self.misses += 1
+                    continue
+                self.hits += 1
+                self._entries.move_to_end(key)
+                found[key[3]] = entry
+        return found
+
+    def store(self, prefix: tuple[str, str, str], entries: Mapping[str, Any]) -> None:
+        """Remember `entries` (by channel) for checkpoint `prefix`."""
+        with self._lock:
+            for channel, entry in entries.items():
+                self._entries[(*prefix, channel)] = entry
+                self._entries.move_to_end((*prefix, channel))
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def invalidate(self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]) -> None:
+        ids = set(checkpoint_ids)
+        self._drop(lambda k: k[0] == thread_id and k[1] == checkpoint_ns and k[2] in ids)
+
+    async def ainvalidate(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]
+    ) -> None:
+        self.invalidate(thread_id, checkpoint_ns, checkpoint_ids)
+
+    def purge(self, thread_id: str | None) -> None:
+        self._drop(lambda k: thread_id is None or k[0] == thread_id)
+
+    async def apurge(self, thread_id: str | None) -> None:
+        self.purge(thread_id)
+
+    def _drop(self, doomed: Any) -> None:
+        with self._lock:
+            for key in [k for k in self._entries if doomed(k)]:
+                del self._entries[key]

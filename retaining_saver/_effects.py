@@ -1,0 +1,123 @@
+"""Cleanup written once, as generators of effects, and the two drivers that run them.
+
+Admission cleanup and the retention engine yield small effect values
+(`Lookup`, `Invalidate`, `Transact`) and receive their results. `drive` carries
+effects out with the saver's sync methods, `adrive` with its async ones, so
+the logic has one copy whichever way the caller came in. An effect that fails
+is thrown back into the generator at the point where it was yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from retaining_saver._caches import HistoryCache
+from retaining_saver.backends._base import Backend, Op
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """`inner.get_tuple(config)`; answers a `CheckpointTuple` or None."""
+
+    config: RunnableConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidate:
+    """Make every history cache forget `checkpoint_ids` (all of the thread if None)."""
+
+    thread_id: str | None
+    checkpoint_ns: str
+    checkpoint_ids: Sequence[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transact:
+    """Carry out a backend operation in one transaction; answers its result."""
+
+    op: Op[Any]
+
+
+Effect = Lookup | Invalidate | Transact
+Flow = Generator[Effect, Any, T]
+
+
+@dataclass(frozen=True)
+class Performer:
+    """What effects act on: the inner saver, its backend and the caches."""
+
+    inner: BaseCheckpointSaver[Any]
+    backend: Backend | None
+    caches: Sequence[HistoryCache]
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            raise RuntimeError("no storage backend: this saver's cleanup is disabled")
+        return self.backend
+
+    def perform(self, effect: Effect) -> Any:
+        if isinstance(effect, Lookup):
+            return self.inner.get_tuple(effect.config)
+        if isinstance(effect, Invalidate):
+            for cache in self.caches:
+                if effect.checkpoint_ids is None:
+                    cache.purge(effect.thread_id)
+                else:
+                    cache.invalidate(
+                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
+                    )
+            return None
+        return self._backend().run(effect.op)
+
+    async def aperform(self, effect: Effect) -> Any:
+        if isinstance(effect, Lookup):
+            return await self.inner.aget_tuple(effect.config)
+        if isinstance(effect, Invalidate):
+            for cache in self.caches:
+                if effect.checkpoint_ids is None:
+                    await cache.apurge(effect.thread_id)
+                else:
+                    await cache.ainvalidate(
+                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
+                    )
+            return None
+        return await self._backend().arun(effect.op)
+
+
+def drive(flow: Flow[T], performer: Performer) -> T:
+    """Run `flow` to its end with sync effects."""
+    try:
+        effect = next(flow)
+        while True:
+            try:
+                answer = performer.perform(effect)
+            except Exception as error:
+                effect = flow.throw(error)
+            else:
+                effect = flow.send(answer)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def adrive(flow: Flow[T], performer: Performer) -> T:
+    """Run `flow` to its end with async effects."""
+    try:
+        effect = next(flow)
+        while True:
+            try:
+                answer = await performer.aperform(effect)
+            except Exception as error:
+                effect = flow.throw(error)
+            else:
+                effect = flow.send(answer)
+    except StopIteration as done:
+        result: T = done.value
+        return result

@@ -1,0 +1,94 @@
+"""The exhaustive retention engine, for maintenance and measurement.
+
+One pass over a thread: statistics, lineage, a plan from the rules, cache
+invalidation, the plan carried out in one transaction, statistics again.
+Unlike admission cleanup, its work grows with the thread; run it off the
+request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from retaining_saver import _rules
+from retaining_saver._effects import Flow, Invalidate, Transact
+from retaining_saver._rules import BlobKey, Graft, Lineage, NodeKey, Protection, RetentionPolicy
+from retaining_saver.backends._base import Applied, Backend, StorageStats
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What one retention pass over a thread found and did.
+
+    Attributes:
+        thread_id: The thread.
+        dry_run: True if nothing was changed.
+        deleted: Deleted (or, in a dry run, deletable) checkpoints: (ns, id) -> reason.
+        dropped: Planned deletions whose re-check failed in the transaction.
+        deferred: Deletable checkpoints left for a later pass by `max_delete_per_run`.
+        kept: Every other checkpoint: (ns, id) -> the protection that keeps it.
+        heads: The latest checkpoint id of each namespace before the pass.
+        grafts: Children re-parented past removed duration links.
+        freed_blobs: Blob keys deleted (or, in a dry run, that would be).
+        before: Storage statistics before the pass.
+        after: Storage statistics after it (equal to `before` in a dry run).
+    """
+
+    thread_id: str
+    dry_run: bool
+    deleted: Mapping[NodeKey, _rules.Reason]
+    dropped: tuple[NodeKey, ...]
+    deferred: tuple[NodeKey, ...]
+    kept: Mapping[NodeKey, Protection]
+    heads: Mapping[str, str]
+    grafts: tuple[Graft, ...]
+    freed_blobs: tuple[BlobKey, ...]
+    before: StorageStats
+    after: StorageStats = field(repr=False)
+
+
+def retention_pass(
+    thread_id: str,
+    backend: Backend,
+    policy: RetentionPolicy,
+    *,
+    dry_run: bool,
+    now: datetime | None = None,
+) -> Flow[RetentionReport]:
+    """Plan and (unless `dry_run`) carry out retention for one thread."""
+    before: StorageStats = yield Transact(backend.stats(thread_id))
+    lineage: Lineage = yield Transact(backend.load_lineage(thread_id))
+    plan = _rules.plan_retention(lineage, policy, now or datetime.now(UTC))
+    applied = Applied(
+        deleted=list(plan.deletions), grafted=list(plan.grafts), freed_blobs=list(plan.freed_blobs)
+    )
+    after = before
+    if not dry_run and not plan.empty:
+        for ns in sorted({d.checkpoint_ns for d in plan.deletions}):
+            ids = [d.checkpoint_id for d in plan.deletions if d.checkpoint_ns == ns]
+            yield Invalidate(thread_id, ns, ids)
+        applied = yield Transact(backend.apply_plan(thread_id, plan))
+        after = yield Transact(backend.stats(thread_id))
+    if not backend.stores_blobs:
+        applied.freed_blobs.clear()
+    return RetentionReport(
+        thread_id=thread_id,
+        dry_run=dry_run,
+        deleted={(d.checkpoint_ns, d.checkpoint_id): d.reason for d in applied.deleted},
+        dropped=tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.dropped),
+        deferred=tuple((d.checkpoint_ns, d.checkpoint_id) for d in plan.deferred),
+        kept=plan.kept,
+        heads=plan.heads,
+        grafts=tuple(applied.grafted),
+        freed_blobs=tuple(applied.freed_blobs),
+        before=before,
+        after=after,
+    )
+
+
+def thread_pages(backend: Backend, after: str | None, page_size: int) -> Flow[list[str]]:
+    """One page of thread ids after `after`."""
+    ids: list[str] = yield Transact(backend.thread_ids(after, page_size))
+    return ids

@@ -1,0 +1,136 @@
+"""The maintenance surface of `RetainingSaver`: the exhaustive engine and statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterable, Iterator
+from datetime import datetime
+
+from retaining_saver._effects import Performer, adrive, drive
+from retaining_saver._engine import RetentionReport, retention_pass, thread_pages
+from retaining_saver._errors import UnsupportedSaverError
+from retaining_saver._locks import ThreadLocks
+from retaining_saver._rules import RetentionPolicy
+from retaining_saver.backends._base import Backend, StorageStats
+
+
+class MaintenanceMixin:
+    """Engine entrypoints; every one refuses an unsupported saver before any read."""
+
+    backend: Backend | None
+    performer: Performer
+    policy: RetentionPolicy
+    locks: ThreadLocks
+
+    def _require_backend(self) -> Backend:
+        if self.backend is None:
+            raise UnsupportedSaverError(type(self.performer.inner))
+        return self.backend
+
+    def _policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
+        chosen = policy or RetentionPolicy(is_reclaimable_leaf=self.policy.is_reclaimable_leaf)
+        if not isinstance(chosen, RetentionPolicy):
+            raise TypeError(f"policy must be a RetentionPolicy, got {type(chosen).__name__}")
+        protected = chosen.protect_checkpoint_ids | self.policy.protect_checkpoint_ids
+        return dataclasses.replace(chosen, protect_checkpoint_ids=protected)
+
+    def enforce_thread_retention(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """Plan and carry out retention for one thread under `policy`.
+
+        The default policy is the contract's: trailing duration leaves only.
+        With `dry_run`, nothing changes and the report lists what would.
+
+        Raises:
+            UnsupportedSaverError: If the wrapped saver is not supported.
+            TypeError: If `policy` is not a `RetentionPolicy`.
+        """
+        backend = self._require_backend()
+        flow = retention_pass(
+            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
+        )
+        with self.locks.hold(str(thread_id)):
+            return drive(flow, self.performer)
+
+    async def aenforce_thread_retention(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """Async `enforce_thread_retention`."""
+        backend = self._require_backend()
+        flow = retention_pass(
+            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
+        )
+        async with self.locks.ahold(str(thread_id)):
+            return await adrive(flow, self.performer)
+
+    def enforce_retention(
+        self,
+        thread_ids: Iterable[str] | None = None,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        page_size: int = 100,
+    ) -> Iterator[RetentionReport]:
+        """Yield a report per thread: the given ones, or every thread, a page at a time.
+
+        Memory stays bounded by `page_size` ids and one thread's lineage.
+        """
+        backend = self._require_backend()
+        for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
+            yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
+        del backend
+
+    def _all_threads(self, page_size: int) -> Iterator[str]:
+        _check_page_size(page_size)
+        after: str | None = None
+        while page := drive(
+            thread_pages(self._require_backend(), after, page_size), self.performer
+        ):
+            yield from page
+            after = page[-1]
+
+    async def aenforce_retention(
+        self,
+        thread_ids: Iterable[str] | None = None,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        page_size: int = 100,
+    ) -> AsyncIterator[RetentionReport]:
+        """Async `enforce_retention`."""
+        backend = self._require_backend()
+        if thread_ids is not None:
+            for thread_id in thread_ids:
+                yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
+            return
+        _check_page_size(page_size)
+        after: str | None = None
+        while page := await adrive(thread_pages(backend, after, page_size), self.performer):
+            for thread_id in page:
+                yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
+            after = page[-1]
+
+    def storage_stats(self, thread_id: str | None = None) -> StorageStats:
+        """Rows and bytes per table for one thread, or for the whole store."""
+        return self._require_backend().run(self._require_backend().stats(thread_id))
+
+    async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
+        """Async `storage_stats`."""
+        backend = self._require_backend()
+        return await backend.arun(backend.stats(thread_id))
+
+
+def _check_page_size(page_size: int) -> None:
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
