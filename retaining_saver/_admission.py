@@ -9,6 +9,7 @@ clones its parent, which references every blob the leaf did.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -130,6 +131,9 @@ def bounded_cleanup(
     )
     applied: Applied = yield Transact(backend.apply_plan(thread_id, plan))
     reclaimed = tuple(d.checkpoint_id for d in applied.deleted)
+    with contextlib.suppress(Exception):
+        # A reader may have refilled a cache between the invalidation and the delete.
+        yield Invalidate(thread_id, leaves[0].checkpoint_ns, ids)
     if len(reclaimed) == len(leaves):
         return AdmissionResult(thread_id, reclaimed, None, chain[-1][1])
     # Someone else changed the thread meanwhile: read the head as it is now.

@@ -12,7 +12,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory
+
+from retaining_saver._effects import Flow, History
 
 
 @runtime_checkable
@@ -110,3 +113,24 @@ class DeltaHistoryCache:
         with self._lock:
             for key in [k for k in self._entries if doomed(k)]:
                 del self._entries[key]
+
+
+def cached_history(
+    config: RunnableConfig, channels: Sequence[str], caches: Sequence[object]
+) -> Flow[Mapping[str, DeltaChannelHistory]]:
+    """Delta-channel history, answered from the `DeltaHistoryCache`s where pinned."""
+    configurable = config.get("configurable", {})
+    checkpoint_id = configurable.get("checkpoint_id")
+    stores = [c for c in caches if isinstance(c, DeltaHistoryCache)]
+    if not checkpoint_id or not stores or not channels:
+        answer: Mapping[str, DeltaChannelHistory] = yield History(config, channels)
+        return answer
+    prefix = (str(configurable["thread_id"]), configurable.get("checkpoint_ns", ""), checkpoint_id)
+    found = stores[0].lookup((*prefix, channel) for channel in channels)
+    missing = [channel for channel in channels if channel not in found]
+    if missing:
+        fresh: Mapping[str, DeltaChannelHistory] = yield History(config, missing)
+        for store in stores:
+            store.store(prefix, fresh)
+        found.update(fresh)
+    return {channel: found[channel] for channel in channels}

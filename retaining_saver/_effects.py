@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from retaining_saver._caches import HistoryCache
 from retaining_saver.backends._base import Backend, Op
+
+if TYPE_CHECKING:
+    from retaining_saver._caches import HistoryCache
 
 T = TypeVar("T")
 
@@ -45,7 +47,15 @@ class Transact:
     op: Op[Any]
 
 
-Effect = Lookup | Invalidate | Transact
+@dataclass(frozen=True, slots=True)
+class History:
+    """`inner.get_delta_channel_history(config=..., channels=...)`."""
+
+    config: RunnableConfig
+    channels: Sequence[str]
+
+
+Effect = Lookup | Invalidate | Transact | History
 Flow = Generator[Effect, Any, T]
 
 
@@ -65,6 +75,10 @@ class Performer:
     def perform(self, effect: Effect) -> Any:
         if isinstance(effect, Lookup):
             return self.inner.get_tuple(effect.config)
+        if isinstance(effect, History):
+            return self.inner.get_delta_channel_history(
+                config=effect.config, channels=effect.channels
+            )
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:
@@ -79,6 +93,10 @@ class Performer:
     async def aperform(self, effect: Effect) -> Any:
         if isinstance(effect, Lookup):
             return await self.inner.aget_tuple(effect.config)
+        if isinstance(effect, History):
+            return await self.inner.aget_delta_channel_history(
+                config=effect.config, channels=effect.channels
+            )
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:

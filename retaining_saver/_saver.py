@@ -6,16 +6,16 @@ import logging
 import threading
 import warnings
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
 
 from retaining_saver import _admission
 from retaining_saver._admission import AdmissionResult
-from retaining_saver._caches import HistoryCache
+from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Flow, Invalidate, Lookup, Performer, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
@@ -322,6 +322,17 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
             self._successors[key] = successor
             if len(self._successors) > 4096:
                 self._successors.popitem(last=False)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return drive(cached_history(config, channels, self.history_caches), self.performer)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        flow = cached_history(config, channels, self.history_caches)
+        return await adrive(flow, self.performer)
 
     # Whole-thread deletions purge the caches before and after.
 

@@ -47,6 +47,25 @@ class StorageStats:
         return sum(t.bytes for t in self.tables.values())
 
 
+@dataclass(frozen=True)
+class Integrity:
+    """Rows of a thread that point at nothing: each count must be zero.
+
+    Attributes:
+        dangling_parents: Checkpoints whose parent id names no checkpoint.
+        orphan_writes: Writes rows whose checkpoint does not exist.
+        orphan_blobs: Blob rows no checkpoint of their namespace references.
+    """
+
+    dangling_parents: int
+    orphan_writes: int
+    orphan_blobs: int
+
+    @property
+    def clean(self) -> bool:
+        return not (self.dangling_parents or self.orphan_writes or self.orphan_blobs)
+
+
 @dataclass
 class Applied:
     """What carrying out a plan did, after re-checking each step in the transaction."""
@@ -122,6 +141,10 @@ class Backend(ABC):
     @abstractmethod
     def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
         """Up to `limit` thread ids greater than `after`, in order."""
+
+    @abstractmethod
+    def integrity(self, thread_id: str) -> Op[Integrity]:
+        """Count the thread's dangling parents, orphan writes and orphan blobs."""
 
     # Shared
 

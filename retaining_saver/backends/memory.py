@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import Backend, Op, StorageStats, T, TableStats
+from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
 
 Statement = Callable[[], Any]
 
@@ -145,6 +145,34 @@ class MemoryBackend(Backend):
                 "blobs": TableStats(len(blobs), sum(len(b[1]) for b in blobs)),
             },
         )
+
+    def integrity(self, thread_id: str) -> Op[Integrity]:
+        def statement() -> Integrity:
+            namespaces = self._namespaces(thread_id)
+            nodes = list(self._iter_nodes(thread_id))
+            referenced = {
+                (n.checkpoint_ns, c, v) for n in nodes for c, v in n.channel_versions.items()
+            }
+            return Integrity(
+                dangling_parents=sum(
+                    1
+                    for n in nodes
+                    if n.parent_id is not None and n.parent_id not in namespaces[n.checkpoint_ns]
+                ),
+                orphan_writes=sum(
+                    1
+                    for (t, ns, cid), rows in self.saver.writes.items()
+                    if t == thread_id and rows and cid not in namespaces.get(ns, {})
+                ),
+                orphan_blobs=sum(
+                    1
+                    for (t, *key) in self.saver.blobs
+                    if t == thread_id and tuple(key) not in referenced
+                ),
+            )
+
+        found: Integrity = yield statement
+        return found
 
     def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
         def statement() -> list[str]:

@@ -21,9 +21,10 @@ def _leaf_of(head: CheckpointTuple, run_id: str, seconds: float) -> tuple[Any, A
     checkpoint = dict(head.checkpoint)
     checkpoint["id"] = str(uuid6(clock_seq=-1))
     checkpoint["ts"] = datetime.now(UTC).isoformat()
-    durations = dict(head.metadata.get("run_durations") or {})
+    metadata_in: dict[str, Any] = dict(head.metadata)
+    durations = dict(metadata_in.get("run_durations") or {})
     durations[run_id] = seconds
-    message_ids = dict(head.metadata.get("run_message_ids") or {})
+    message_ids = dict(metadata_in.get("run_message_ids") or {})
     message_ids[run_id] = []
     metadata = {
         "source": "update",

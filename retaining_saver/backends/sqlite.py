@@ -1,0 +1,430 @@
+"""`SqliteSaver` and `AsyncSqliteSaver`: tables `checkpoints` and `writes`.
+
+`checkpoints(thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+type, checkpoint BLOB, metadata BLOB)` holds each checkpoint as one serialized
+blob, channel values inline; `metadata` is UTF-8 JSON. `writes(thread_id,
+checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, value)`
+holds pending writes. There is no blob table: deleting a checkpoint row frees
+its channel values with it.
+
+Reading `channel_versions`, `versions_seen` and `ts` means decoding the whole
+checkpoint blob with the saver's serde (SQLite has no partial decoder for it),
+so a lineage load costs one decode per checkpoint.
+
+Each operation runs in one `BEGIN IMMEDIATE` transaction under the saver's
+lock: the write lock is taken before the first read, so a precondition checked
+inside it cannot change before the commit, even from another connection.
+
+`SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
+space deleted rows leave on SQLite's freelist; see `Compaction`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import aiosqlite
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
+from retaining_saver.backends._base import Backend, Op, StorageStats, T, TableStats
+
+BEGIN_SQL = "BEGIN IMMEDIATE"
+
+SELECT_LINEAGE_SQL = """
+SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+FROM checkpoints
+WHERE thread_id = ?
+"""
+
+SELECT_WRITE_COUNTS_SQL = """
+SELECT checkpoint_ns, checkpoint_id, COUNT(*) AS write_count
+FROM writes
+WHERE thread_id = ?
+GROUP BY checkpoint_ns, checkpoint_id
+"""
+
+# The ids come as one JSON array, so the statement text never depends on their number.
+SELECT_NODES_SQL = """
+SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
+    c.metadata,
+    (
+        SELECT COUNT(*) FROM writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+FROM checkpoints AS c
+WHERE c.thread_id = ? AND c.checkpoint_ns = ?
+    AND c.checkpoint_id IN (SELECT value FROM json_each(?))
+"""
+
+SELECT_HAS_CHILDREN_SQL = """
+SELECT EXISTS (
+    SELECT 1 FROM checkpoints
+    WHERE thread_id = ? AND checkpoint_ns = ? AND parent_checkpoint_id = ?
+) AS found
+"""
+
+SELECT_NEWEST_ID_SQL = """
+SELECT MAX(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?
+"""
+
+DELETE_WRITES_SQL = """
+DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+DELETE_CHECKPOINT_SQL = """
+DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+UPDATE_PARENT_SQL = """
+UPDATE checkpoints SET parent_checkpoint_id = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+_CHECKPOINT_BYTES = "COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)"
+_WRITE_BYTES = "COALESCE(LENGTH(value), 0)"
+
+SELECT_THREAD_STATS_SQL = f"""
+SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
+    COALESCE(SUM({_CHECKPOINT_BYTES}), 0) AS byte_count
+FROM checkpoints WHERE thread_id = ?
+UNION ALL
+SELECT 'writes', COUNT(*), COALESCE(SUM({_WRITE_BYTES}), 0)
+FROM writes WHERE thread_id = ?
+"""
+
+SELECT_STORE_STATS_SQL = f"""
+SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
+    COALESCE(SUM({_CHECKPOINT_BYTES}), 0) AS byte_count
+FROM checkpoints
+UNION ALL
+SELECT 'writes', COUNT(*), COALESCE(SUM({_WRITE_BYTES}), 0)
+FROM writes
+"""
+
+SELECT_FIRST_THREAD_IDS_SQL = """
+SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id LIMIT ?
+"""
+
+SELECT_THREAD_IDS_AFTER_SQL = """
+SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > ? ORDER BY thread_id LIMIT ?
+"""
+
+SELECT_PAGES_SQL = """
+SELECT p.page_count, f.freelist_count, s.page_size, d.file
+FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s,
+    pragma_database_list() AS d
+WHERE d.name = 'main'
+"""
+
+WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+VACUUM_SQL = "VACUUM"
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement with its bound (`?`) parameters."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one `compact` call found and did.
+
+    `file_bytes_*` is the main database file plus its `-wal` file, or
+    `page_count * page_size` for a database with no file.
+    """
+
+    ran: bool
+    pages_before: int
+    pages_after: int
+    free_pages_before: int
+    free_pages_after: int
+    file_bytes_before: int
+    file_bytes_after: int
+
+
+def _rows(description: Any, fetched: Sequence[Any]) -> list[Row]:
+    """Rows as dicts keyed by the cursor's column names."""
+    if description is None:
+        return []
+    names = [column[0] for column in description]
+    return [dict(zip(names, row, strict=True)) for row in fetched]
+
+
+def _execute(conn: sqlite3.Connection, statement: Statement) -> list[Row]:
+    cur = conn.cursor()
+    try:
+        cur.row_factory = None  # plain tuples, whatever the connection's factory
+        cur.execute(statement.sql, statement.params)
+        return _rows(cur.description, cur.fetchall())
+    finally:
+        cur.close()
+
+
+async def _aexecute(conn: aiosqlite.Connection, statement: Statement) -> list[Row]:
+    cur = await conn.cursor()
+    try:
+        cur.row_factory = None
+        await cur.execute(statement.sql, statement.params)
+        return _rows(cur.description, await cur.fetchall())
+    finally:
+        await cur.close()
+
+
+def _drive(op: Op[T], execute: Callable[[Statement], list[Row]]) -> T:
+    """Feed each statement `op` yields to `execute`, and its rows back to `op`."""
+    try:
+        statement = next(op)
+        while True:
+            statement = op.send(execute(statement))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        op.close()
+
+
+async def _adrive(op: Op[T], execute: Callable[[Statement], Awaitable[list[Row]]]) -> T:
+    """`_drive`, awaiting each statement."""
+    try:
+        statement = next(op)
+        while True:
+            statement = op.send(await execute(statement))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        op.close()
+
+
+def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
+    _execute(conn, Statement(BEGIN_SQL))
+    try:
+        result = _drive(op, partial(_execute, conn))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return result
+
+
+async def _atransaction(conn: aiosqlite.Connection, op: Op[T]) -> T:
+    await _aexecute(conn, Statement(BEGIN_SQL))
+    try:
+        result = await _adrive(op, partial(_aexecute, conn))
+        await conn.commit()
+    except BaseException:
+        await conn.rollback()
+        raise
+    return result
+
+
+def _on_loop(saver: AsyncSqliteSaver, what: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run `make()` on the saver's loop from another thread, as its own sync methods do."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is saver.loop:
+        raise asyncio.InvalidStateError(
+            f"Synchronous {what}() on an AsyncSqliteSaver backend is only allowed from a "
+            f"thread other than the saver's event loop; use `await backend.a{what}(...)`."
+        )
+    return asyncio.run_coroutine_threadsafe(make(), saver.loop).result()
+
+
+def _file_bytes(page_row: Row) -> int:
+    path = page_row["file"]
+    if not path:
+        return int(page_row["page_count"]) * int(page_row["page_size"])
+    wal = f"{path}-wal"
+    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
+
+
+class SqliteBackend(Backend):
+    """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
+
+    kind = "sqlite"
+    tables = ("checkpoints", "writes")
+    stores_blobs = False
+    saver: SqliteSaver | AsyncSqliteSaver
+
+    # Drivers
+
+    def run(self, op: Op[T]) -> T:
+        """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
+        saver = self.saver
+        if isinstance(saver, AsyncSqliteSaver):
+            return _on_loop(saver, "run", lambda: self.arun(op))
+        with saver.lock:
+            saver.setup()
+            return _transaction(saver.conn, op)
+
+    async def arun(self, op: Op[T]) -> T:
+        """`run`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
+        saver = self.saver
+        if isinstance(saver, SqliteSaver):
+            return await asyncio.to_thread(self.run, op)
+        await saver.setup()
+        async with saver.lock:
+            return await _atransaction(saver.conn, op)
+
+    # Primitives
+
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
+        metadata = json.loads(row["metadata"]) if row["metadata"] is not None else {}
+        return CheckpointNode(
+            checkpoint_ns=row["checkpoint_ns"],
+            checkpoint_id=row["checkpoint_id"],
+            parent_id=row["parent_checkpoint_id"],
+            channel_versions=checkpoint.get("channel_versions", {}),
+            versions_seen=checkpoint.get("versions_seen", {}),
+            write_count=write_count,
+            metadata=metadata,
+            ts=checkpoint.get("ts", ""),
+        )
+
+    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+        rows = yield Statement(SELECT_LINEAGE_SQL, (str(thread_id),))
+        counts = yield Statement(SELECT_WRITE_COUNTS_SQL, (str(thread_id),))
+        owned = {(r["checkpoint_ns"], r["checkpoint_id"]): r["write_count"] for r in counts}
+        return Lineage.of(
+            thread_id,
+            (self._node(r, owned.get((r["checkpoint_ns"], r["checkpoint_id"]), 0)) for r in rows),
+        )
+
+    def load_nodes(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, CheckpointNode]]:
+        params = (str(thread_id), checkpoint_ns, json.dumps(list(ids)))
+        rows = yield Statement(SELECT_NODES_SQL, params)
+        return {r["checkpoint_id"]: self._node(r, r["write_count"]) for r in rows}
+
+    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        params = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(SELECT_HAS_CHILDREN_SQL, params)
+        return bool(rows[0]["found"])
+
+    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
+        rows = yield Statement(SELECT_NEWEST_ID_SQL, (str(thread_id), checkpoint_ns))
+        newest: str | None = rows[0]["newest"]
+        return newest
+
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        yield Statement(DELETE_WRITES_SQL, key)
+        yield Statement(DELETE_CHECKPOINT_SQL, key)
+
+    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
+        params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
+        yield Statement(UPDATE_PARENT_SQL, params)
+
+    def delete_unreferenced_blobs(
+        self, thread_id: str, candidates: Sequence[BlobKey]
+    ) -> Op[list[BlobKey]]:
+        """Nothing to do: channel values live inside the checkpoint rows."""
+        yield from ()
+        return []
+
+    def stats(self, thread_id: str | None) -> Op[StorageStats]:
+        if thread_id is None:
+            rows = yield Statement(SELECT_STORE_STATS_SQL)
+        else:
+            rows = yield Statement(SELECT_THREAD_STATS_SQL, (str(thread_id), str(thread_id)))
+        tables = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
+        return StorageStats(thread_id, tables)
+
+    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
+        if limit <= 0:
+            return []
+        if after is None:
+            rows = yield Statement(SELECT_FIRST_THREAD_IDS_SQL, (limit,))
+        else:
+            rows = yield Statement(SELECT_THREAD_IDS_AFTER_SQL, (after, limit))
+        return [r["thread_id"] for r in rows]
+
+    # Compaction (SQLite only)
+
+    def compact(self, min_free_ratio: float = 0.25) -> Compaction:
+        """Give free pages back to the filesystem once enough of the file is free.
+
+        When `freelist_count / page_count` is at least `min_free_ratio` (and
+        some page is free), checkpoint the WAL with TRUNCATE, `VACUUM`, and
+        checkpoint again so the rebuilt pages land in the main file. VACUUM
+        cannot run in a transaction, so this runs under the saver's lock but
+        outside `run`. It needs no other connection to hold the database open
+        in a transaction; if one does, SQLite raises `database is locked`.
+
+        Raises:
+            ValueError: If `min_free_ratio` is not within [0, 1].
+        """
+        _check_ratio(min_free_ratio)
+        saver = self.saver
+        if isinstance(saver, AsyncSqliteSaver):
+            return _on_loop(saver, "compact", lambda: self.acompact(min_free_ratio))
+        with saver.lock:
+            saver.setup()
+            return _drive(_compaction(min_free_ratio), partial(_execute, saver.conn))
+
+    async def acompact(self, min_free_ratio: float = 0.25) -> Compaction:
+        """`compact`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
+        _check_ratio(min_free_ratio)
+        saver = self.saver
+        if isinstance(saver, SqliteSaver):
+            return await asyncio.to_thread(self.compact, min_free_ratio)
+        await saver.setup()
+        async with saver.lock:
+            return await _adrive(_compaction(min_free_ratio), partial(_aexecute, saver.conn))
+
+
+def _check_ratio(min_free_ratio: float) -> None:
+    if isinstance(min_free_ratio, bool) or not isinstance(min_free_ratio, int | float):
+        raise TypeError("min_free_ratio must be a number")
+    if not 0 <= min_free_ratio <= 1:
+        raise ValueError(f"min_free_ratio must be within [0, 1], got {min_free_ratio}")
+
+
+def _compaction(min_free_ratio: float) -> Op[Compaction]:
+    """Measure the freelist; when it is large enough, vacuum and measure again."""
+    before = (yield Statement(SELECT_PAGES_SQL))[0]
+    bytes_before = _file_bytes(before)
+    pages, free = int(before["page_count"]), int(before["freelist_count"])
+    after, bytes_after = before, bytes_before
+    ran = free > 0 and free / pages >= min_free_ratio
+    if ran:
+        yield Statement(WAL_CHECKPOINT_SQL)
+        yield Statement(VACUUM_SQL)
+        yield Statement(WAL_CHECKPOINT_SQL)
+        after = (yield Statement(SELECT_PAGES_SQL))[0]
+        bytes_after = _file_bytes(after)
+    return Compaction(
+        ran=ran,
+        pages_before=pages,
+        pages_after=int(after["page_count"]),
+        free_pages_before=free,
+        free_pages_after=int(after["freelist_count"]),
+        file_bytes_before=bytes_before,
+        file_bytes_after=bytes_after,
+    )
+
+
+def make_backend(saver: SqliteSaver | AsyncSqliteSaver) -> SqliteBackend:
+    """The backend for a `SqliteSaver` or an `AsyncSqliteSaver`."""
+    return SqliteBackend(saver)

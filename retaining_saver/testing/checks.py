@@ -1,0 +1,73 @@
+"""Checks a contract scenario makes after a deletion: lineage walks and orphan rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from retaining_saver.backends import backend_for
+from retaining_saver.backends._base import Integrity
+
+
+class LineageIntegrityError(AssertionError):
+    """A `parent_config` walk reached a checkpoint id that does not exist."""
+
+
+def _unwrapped(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
+    return getattr(saver, "inner", saver)
+
+
+def integrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
+    """Dangling parents, orphan writes and orphan blobs of one thread."""
+    backend = backend_for(_unwrapped(saver))
+    if backend is None:
+        raise TypeError(f"no backend for {type(saver).__name__}")
+    return backend.run(backend.integrity(thread_id))
+
+
+async def aintegrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
+    """Async `integrity`."""
+    backend = backend_for(_unwrapped(saver))
+    if backend is None:
+        raise TypeError(f"no backend for {type(saver).__name__}")
+    return await backend.arun(backend.integrity(thread_id))
+
+
+def walk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Iterator[CheckpointTuple]:
+    """Follow `parent_config` from `config` to the root, loudly.
+
+    Raises:
+        LineageIntegrityError: If a link names a checkpoint that is gone; this
+            is what branch/regenerate hits after an ancestor was deleted.
+    """
+    current = saver.get_tuple(config)
+    if current is None:
+        raise LineageIntegrityError(f"start checkpoint {config} does not exist")
+    while True:
+        yield current
+        if current.parent_config is None:
+            return
+        parent = saver.get_tuple(current.parent_config)
+        if parent is None:
+            missing = current.parent_config["configurable"].get("checkpoint_id")
+            raise LineageIntegrityError(f"ancestor {missing} of {current.config} is missing")
+        current = parent
+
+
+async def awalk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> list[CheckpointTuple]:
+    """Async `walk`, collected."""
+    current = await saver.aget_tuple(config)
+    if current is None:
+        raise LineageIntegrityError(f"start checkpoint {config} does not exist")
+    found = [current]
+    while current.parent_config is not None:
+        parent = await saver.aget_tuple(current.parent_config)
+        if parent is None:
+            missing = current.parent_config["configurable"].get("checkpoint_id")
+            raise LineageIntegrityError(f"ancestor {missing} of {current.config} is missing")
+        found.append(parent)
+        current = parent
+    return found
