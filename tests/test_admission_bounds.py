@@ -1,0 +1,247 @@
+"""Admission detection, bounded work, cache-first deletion, failures and read retry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from graphs import build_chat_graph, chat_turn, thread_config
+from langgraph.checkpoint.memory import InMemorySaver
+
+from retaining_saver import (
+    CheckpointNotFoundError,
+    DeltaHistoryCache,
+    ReclaimEvent,
+    RetainingSaver,
+    Skip,
+)
+from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver.backends._base import Backend
+from retaining_saver.testing import write_duration_leaf
+
+
+def _pinned(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+    return {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    }
+
+
+class Recorder:
+    """Counts an instance's calls by name, without changing its type."""
+
+    def __init__(self, target: Any, names: Sequence[str]) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        for name in names:
+            original = getattr(target, name)
+            setattr(target, name, self._wrap(name, original))
+
+    def _wrap(self, name: str, original: Any) -> Any:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args[0] if args else kwargs))
+            return original(*args, **kwargs)
+
+        return recorded
+
+    def count(self, name: str) -> int:
+        return sum(1 for called, _ in self.calls if called == name)
+
+
+def test_runtime_key_is_langgraphs() -> None:
+    from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+
+    assert RUNTIME_KEY == CONFIG_KEY_RUNTIME
+
+
+def test_installed_langgraph_marks_only_run_reads() -> None:
+    inner = InMemorySaver()
+    reads = Recorder(inner, ["get_tuple"])
+    graph = build_chat_graph(inner)
+    config = thread_config("detect")
+    graph.invoke(chat_turn(0), config)
+    run_reads = [c for _, c in reads.calls]
+    assert RUNTIME_KEY in run_reads[0]["configurable"]
+    assert not run_reads[0]["configurable"].get("checkpoint_id")
+    reads.calls.clear()
+    graph.get_state(config)
+    list(graph.get_state_history(config))
+    assert all(RUNTIME_KEY not in c["configurable"] for _, c in reads.calls)
+
+
+def test_admission_work_is_bounded_and_flat() -> None:
+    counts = []
+    for turns in (2, 40):
+        inner = InMemorySaver()
+        saver = RetainingSaver(inner)
+        graph = build_chat_graph(saver)
+        for turn in range(turns):
+            graph.invoke(chat_turn(turn), thread_config("t"))
+            write_duration_leaf(saver, "t")
+        reads = Recorder(inner, ["get_tuple", "list"])
+        backend: Backend = saver.backend  # type: ignore[assignment]
+        ops = Recorder(
+            backend,
+            ["run", "load_nodes", "has_children", "newest_id", "delete_checkpoint", "load_lineage"],
+        )
+        result = saver.admit("t")
+        assert len(result.reclaimed) == 1
+        counts.append({name: reads.count(name) + ops.count(name) for name in (
+            "get_tuple", "list", "run", "load_nodes", "has_children", "newest_id",
+            "delete_checkpoint", "load_lineage",
+        )})
+    assert counts[0] == counts[1]
+    assert counts[0]["get_tuple"] <= 2  # the head (the admission read) and its parent
+    assert counts[0]["run"] == 1  # one guarded transaction
+    assert counts[0]["load_nodes"] == 1  # the in-transaction probe of leaf, writes, parent
+    assert counts[0]["delete_checkpoint"] == 1
+    assert counts[0]["list"] == 0 and counts[0]["load_lineage"] == 0
+
+
+def test_stacked_leaves_reclaimed_within_bound() -> None:
+    inner = InMemorySaver()
+    saver = RetainingSaver(inner)
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("stack"))
+    run_head = saver.get_tuple(thread_config("stack"))
+    leaves = [write_duration_leaf(inner, "stack", f"r{i}") for i in range(5)]
+    result = saver.admit("stack")
+    # At most MAX_STACKED_LEAVES (3) per admission, newest first; the rest next time.
+    assert result.reclaimed == tuple(reversed(leaves[2:]))
+    assert saver.admit("stack").reclaimed == tuple(reversed(leaves[:2]))
+    assert run_head is not None
+    assert saver.get_tuple(thread_config("stack")).checkpoint["id"] == run_head.checkpoint["id"]
+
+
+class BrokenCache(DeltaHistoryCache):
+    def invalidate(self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]) -> None:
+        raise RuntimeError("cache is down")
+
+
+def test_failed_invalidation_keeps_checkpoint_and_run_succeeds() -> None:
+    inner = InMemorySaver()
+    saver = RetainingSaver(inner, history_caches=[BrokenCache()])
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("c"))
+    leaf = write_duration_leaf(saver, "c")
+    assert graph.invoke(chat_turn(1), thread_config("c"))["turns"] == 2
+    assert inner.get_tuple(_pinned("c", leaf)) is not None
+    assert saver.counters.skipped.get(Skip.CACHE_INVALIDATION_FAILED.value) == 1
+
+
+def test_cache_is_invalidated_before_deletion() -> None:
+    inner = InMemorySaver()
+    cache = DeltaHistoryCache()
+    saver = RetainingSaver(inner, history_caches=[cache])
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("c"))
+    leaf = write_duration_leaf(saver, "c")
+    assert leaf is not None
+    saver.get_delta_channel_history(config=_pinned("c", leaf), channels=["messages"])
+    assert len(cache) == 1
+    saver.admit("c")
+    assert len(cache) == 0
+
+
+def test_cleanup_error_is_logged_and_read_proceeds(caplog: pytest.LogCaptureFixture) -> None:
+    inner = InMemorySaver()
+    saver = RetainingSaver(inner)
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("e"))
+    leaf = write_duration_leaf(saver, "e")
+
+    def explode(*args: Any) -> Any:
+        raise OSError("disk on fire")
+
+    saver.backend.apply_plan = explode  # type: ignore[method-assign, union-attr]
+    assert graph.invoke(chat_turn(1), thread_config("e"))["turns"] == 2
+    assert inner.get_tuple(_pinned("e", leaf)) is not None
+    assert saver.counters.failed == 1
+    assert any("thread e" in r.getMessage() for r in caplog.records)
+
+
+def test_on_reclaim_and_counters() -> None:
+    events: list[ReclaimEvent] = []
+    saver = RetainingSaver(InMemorySaver(), on_reclaim=events.append)
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("o"))
+    leaf = write_duration_leaf(saver, "o")
+    graph.invoke(chat_turn(1), thread_config("o"))
+    assert [e.checkpoint_id for e in events] == [leaf]
+    assert events[0].successor_id is not None
+    assert saver.counters.reclaimed == 1 and saver.counters.attempted == 2
+
+
+def _vanishing_inner(leaf_parent: str) -> tuple[InMemorySaver, list[int]]:
+    """An InMemorySaver whose next unpinned read loses its target while hydrating."""
+    inner = InMemorySaver()
+    armed = [0]
+    original = inner.get_tuple
+
+    def racing(config: Any) -> Any:
+        found = original(config)
+        if armed[0] and found is not None and not config["configurable"].get("checkpoint_id"):
+            armed[0] -= 1
+            ns = inner.storage[config["configurable"]["thread_id"]][""]
+            del ns[found.checkpoint["id"]]  # another worker reclaims it right now
+        return found
+
+    inner.get_tuple = racing  # type: ignore[method-assign]
+    return inner, armed
+
+
+def test_unpinned_read_racing_a_reclaim_is_retried_once() -> None:
+    inner, armed = _vanishing_inner("")
+    saver = RetainingSaver(inner, admission="off")
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("r"))
+    head = saver.get_tuple(thread_config("r"))
+    leaf = write_duration_leaf(saver, "r")
+    armed[0] = 1
+    found = saver.get_tuple(thread_config("r"))
+    assert found is not None and head is not None
+    assert found.checkpoint["id"] == head.checkpoint["id"] != leaf
+    assert found.checkpoint["channel_versions"] == head.checkpoint["channel_versions"]
+
+
+def test_pinned_read_never_moves() -> None:
+    inner = InMemorySaver()
+    saver = RetainingSaver(inner)
+    strict = RetainingSaver(inner, strict_pinned_reads=True)
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config("p"))
+    leaf = write_duration_leaf(saver, "p")
+    assert leaf is not None
+    result = strict.admit("p")
+    assert result.reclaimed == (leaf,)
+    assert saver.get_tuple(_pinned("p", leaf)) is None
+    with pytest.raises(CheckpointNotFoundError) as raised:
+        strict.get_tuple(_pinned("p", leaf))
+    assert raised.value.checkpoint_id == leaf
+    assert raised.value.successor == result.head.checkpoint["id"]  # type: ignore[union-attr]
+
+
+def test_lock_registry_does_not_grow() -> None:
+    saver = RetainingSaver(InMemorySaver())
+    for i in range(500):
+        saver.admit(f"thread-{i}")
+    assert len(saver.locks) == 0
+
+
+async def test_async_locks_work_across_event_loops() -> None:
+    import asyncio
+    import threading
+
+    saver = RetainingSaver(InMemorySaver())
+    await saver.aadmit("x")
+    errors: list[BaseException] = []
+
+    def other_loop() -> None:
+        try:
+            asyncio.run(saver.aadmit("x"))
+        except BaseException as error:
+            errors.append(error)
+
+    worker = threading.Thread(target=other_loop)
+    worker.start()
+    worker.join()
+    assert errors == []
