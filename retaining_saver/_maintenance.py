@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from retaining_saver._effects import Performer, adrive, drive
 from retaining_saver._engine import RetentionReport, retention_pass, thread_pages
@@ -125,10 +126,32 @@ class MaintenanceMixin:
         """Rows and bytes per table for one thread, or for the whole store."""
         return self._require_backend().run(self._require_backend().stats(thread_id))
 
+    def compact_storage(self, min_free_ratio: float = 0.25) -> Any:
+        """SQLite only: give the file's free pages back once `min_free_ratio` of it is free.
+
+        Deleting rows never shrinks a SQLite file; this checkpoints the WAL and
+        runs `VACUUM`. Returns a `Compaction` with pages and bytes before and after.
+
+        Raises:
+            TypeError: If the wrapped saver is not a SQLite saver.
+        """
+        return _compactor(self._require_backend()).compact(min_free_ratio)
+
+    async def acompact_storage(self, min_free_ratio: float = 0.25) -> Any:
+        """Async `compact_storage`."""
+        return await _compactor(self._require_backend()).acompact(min_free_ratio)
+
     async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Async `storage_stats`."""
         backend = self._require_backend()
         return await backend.arun(backend.stats(thread_id))
+
+
+def _compactor(backend: Backend) -> Any:
+    compact = getattr(backend, "compact", None)
+    if compact is None:
+        raise TypeError(f"compaction is for SQLite savers; this one stores in {backend.kind}")
+    return backend
 
 
 def _check_page_size(page_size: int) -> None:

@@ -25,7 +25,7 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,7 +35,14 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import Backend, Op, StorageStats, T, TableStats
+from retaining_saver.backends._base import (
+    Backend,
+    Integrity,
+    Op,
+    StorageStats,
+    T,
+    TableStats,
+)
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
@@ -91,25 +98,37 @@ UPDATE checkpoints SET parent_checkpoint_id = ?
 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 """
 
-_CHECKPOINT_BYTES = "COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)"
-_WRITE_BYTES = "COALESCE(LENGTH(value), 0)"
-
-SELECT_THREAD_STATS_SQL = f"""
+_STATS_SQL = """
 SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
-    COALESCE(SUM({_CHECKPOINT_BYTES}), 0) AS byte_count
-FROM checkpoints WHERE thread_id = ?
+    COALESCE(SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)), 0)
+        AS byte_count
+FROM checkpoints {where}
 UNION ALL
-SELECT 'writes', COUNT(*), COALESCE(SUM({_WRITE_BYTES}), 0)
-FROM writes WHERE thread_id = ?
+SELECT 'writes', COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes {where}
 """
 
-SELECT_STORE_STATS_SQL = f"""
-SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
-    COALESCE(SUM({_CHECKPOINT_BYTES}), 0) AS byte_count
-FROM checkpoints
-UNION ALL
-SELECT 'writes', COUNT(*), COALESCE(SUM({_WRITE_BYTES}), 0)
-FROM writes
+SELECT_THREAD_STATS_SQL = _STATS_SQL.format(where="WHERE thread_id = ?")
+
+SELECT_STORE_STATS_SQL = _STATS_SQL.format(where="")
+
+SELECT_INTEGRITY_SQL = """
+SELECT
+    (
+        SELECT COUNT(*) FROM checkpoints AS c
+        WHERE c.thread_id = ? AND c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS p
+            WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = c.checkpoint_ns
+                AND p.checkpoint_id = c.parent_checkpoint_id
+        )
+    ) AS dangling_parents,
+    (
+        SELECT COUNT(*) FROM writes AS w
+        WHERE w.thread_id = ? AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS c
+            WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
+                AND c.checkpoint_id = w.checkpoint_id
+        )
+    ) AS orphan_writes
 """
 
 SELECT_FIRST_THREAD_IDS_SQL = """
@@ -159,7 +178,7 @@ class Compaction:
     file_bytes_after: int
 
 
-def _rows(description: Any, fetched: Sequence[Any]) -> list[Row]:
+def _rows(description: Any, fetched: Iterable[Any]) -> list[Row]:
     """Rows as dicts keyed by the cursor's column names."""
     if description is None:
         return []
@@ -359,6 +378,11 @@ class SqliteBackend(Backend):
         else:
             rows = yield Statement(SELECT_THREAD_IDS_AFTER_SQL, (after, limit))
         return [r["thread_id"] for r in rows]
+
+    def integrity(self, thread_id: str) -> Op[Integrity]:
+        """Dangling parents and orphan writes rows; there are no blob rows to orphan."""
+        rows = yield Statement(SELECT_INTEGRITY_SQL, (str(thread_id), str(thread_id)))
+        return Integrity(rows[0]["dangling_parents"], rows[0]["orphan_writes"], 0)
 
     # Compaction (SQLite only)
 

@@ -15,7 +15,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
 Flavor = Literal["full", "delta"]
 FLAVORS: tuple[Flavor, ...] = ("full", "delta")
@@ -39,19 +38,20 @@ class DeltaChat(TypedDict, total=False):
     turns: int
 
 
-def _reply(state: dict[str, Any]) -> dict[str, Any]:
+def _reply(state: Any) -> dict[str, Any]:
     return {"said": [f"echo {state['said'][-1]}"]}
 
 
-def _count(state: dict[str, Any]) -> dict[str, Any]:
+def _count(state: Any) -> dict[str, Any]:
     return {"turns": state.get("turns", 0) + 1}
 
 
 def chat_graph(
     checkpointer: BaseCheckpointSaver[Any] | bool | None, flavor: Flavor = "full"
-) -> CompiledStateGraph:
+) -> Any:
     """`START -> reply -> count -> END`: four checkpoints per turn."""
-    builder = StateGraph(FullChat if flavor == "full" else DeltaChat)  # type: ignore[arg-type]
+    schema: Any = FullChat if flavor == "full" else DeltaChat
+    builder: Any = StateGraph(schema)
     builder.add_node("reply", _reply)
     builder.add_node("count", _count)
     builder.add_edge(START, "reply")
@@ -63,7 +63,8 @@ def chat_graph(
 def subgraph_chat(checkpointer: BaseCheckpointSaver[Any], flavor: Flavor = "full") -> Any:
     """A root graph whose `inner` node is a `checkpointer=True` subgraph with its own head."""
     inner = chat_graph(True, flavor)
-    builder = StateGraph(FullChat if flavor == "full" else DeltaChat)  # type: ignore[arg-type]
+    schema: Any = FullChat if flavor == "full" else DeltaChat
+    builder: Any = StateGraph(schema)
     builder.add_node("inner", inner)
     builder.add_edge(START, "inner")
     builder.add_edge("inner", END)
