@@ -34,62 +34,49 @@ prove unreachable stays.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any
+
+from retaining_saver._lineage import (
+    BlobKey,
+    CheckpointNode,
+    Deletion,
+    Graft,
+    Lineage,
+    NodeKey,
+    Plan,
+    Protection,
+    Reason,
+    Skip,
+)
+
+__all__ = [
+    "MAX_STACKED_LEAVES",
+    "RUN_HISTORY_KEYS",
+    "BlobKey",
+    "CheckpointNode",
+    "Deletion",
+    "Graft",
+    "LeafPredicate",
+    "Lineage",
+    "NodeKey",
+    "Plan",
+    "Protection",
+    "Reason",
+    "RetentionPolicy",
+    "Skip",
+    "deletion_holds",
+    "graft_holds",
+    "is_clone",
+    "is_duration_marker",
+    "leaf_deletion",
+    "leaf_skip",
+    "plan_retention",
+]
 
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
-
-
-class Reason(StrEnum):
-    """Why a checkpoint is deleted."""
-
-    TRAILING_DURATION_LEAF = "trailing-duration-leaf"
-    SUPERSEDED_BRANCH = "superseded-branch"
-    GRAFTED_DURATION_LINK = "grafted-duration-link"
-
-
-class Protection(StrEnum):
-    """Why a checkpoint is kept. The module docstring's table explains each."""
-
-    HEAD = "head"
-    ANCESTOR = "ancestor"
-    EXPLICIT = "explicit"
-    PENDING_WRITES = "pending-writes"
-    SUBGRAPH_PARENT = "subgraph-parent"
-    DURATION_LINK = "duration-link"
-    TOO_YOUNG = "too-young"
-    FORK_POINT_MISSING = "fork-point-missing"
-    NOT_ENABLED = "not-enabled"
-    CAPPED = "capped"
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointNode:
-    """What the rules know of one checkpoint.
-
-    Attributes:
-        checkpoint_ns: Its namespace; `""` is the root graph.
-        checkpoint_id: Its id (time-ordered, so the max id is the latest).
-        parent_id: The id its `parent_config` names, or None.
-        channel_versions: Its full `channel_versions` map.
-        versions_seen: Its full `versions_seen` map.
-        write_count: How many writes rows it owns (empty entries count 0).
-        metadata: Its stored metadata (Postgres drops the `writes` key).
-        ts: Its ISO-8601 timestamp.
-    """
-
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    channel_versions: Mapping[str, Any]
-    versions_seen: Mapping[str, Any]
-    write_count: int
-    metadata: Mapping[str, Any]
-    ts: str
 
 
 LeafPredicate = Callable[[CheckpointNode], bool]
@@ -194,111 +181,6 @@ class RetentionPolicy:
 def _require(ok: bool, error: type[Exception], message: str) -> None:
     if not ok:
         raise error(message)
-
-
-NodeKey = tuple[str, str]
-BlobKey = tuple[str, str, str]
-"""(checkpoint_ns, channel, version)"""
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """One checkpoint to delete, with the state the deletion was proven against.
-
-    A backend re-checks, inside its transaction: the row still has `parent_id`;
-    it has no child left; it owns no writes unless `writes_consumed`; with
-    `clone_of`, that parent still exists and it still clones it; with
-    `must_be_head`, no newer checkpoint is in its namespace.
-    """
-
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    reason: Reason
-    clone_of: str | None = None
-    must_be_head: bool = False
-    writes_consumed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Graft:
-    """Re-parent `child_id` past the removed duration links `via` onto `new_parent_id`.
-
-    `via` lists the links nearest first; each must still clone its parent and
-    own no writes when the graft is carried out.
-    """
-
-    checkpoint_ns: str
-    child_id: str
-    via: tuple[str, ...]
-    new_parent_id: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one retention pass over a thread does.
-
-    `deletions` are ordered so that a checkpoint comes after all its children.
-    `grafts` run before them. `freed_blobs` are the blob keys that only deleted
-    checkpoints referenced.
-    """
-
-    deletions: tuple[Deletion, ...] = ()
-    grafts: tuple[Graft, ...] = ()
-    kept: Mapping[NodeKey, Protection] = field(default_factory=dict)
-    deferred: tuple[Deletion, ...] = ()
-    heads: Mapping[str, str] = field(default_factory=dict)
-    freed_blobs: tuple[BlobKey, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not self.deletions and not self.grafts
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """All checkpoints of one thread, as the rules see them."""
-
-    thread_id: str
-    nodes: Mapping[NodeKey, CheckpointNode]
-
-    @classmethod
-    def of(cls, thread_id: str, nodes: Iterable[CheckpointNode]) -> Lineage:
-        return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes})
-
-    def children(self) -> dict[NodeKey, list[NodeKey]]:
-        found: dict[NodeKey, list[NodeKey]] = {}
-        for key, node in self.nodes.items():
-            if node.parent_id is not None:
-                found.setdefault((node.checkpoint_ns, node.parent_id), []).append(key)
-        return found
-
-    def parent(self, node: CheckpointNode) -> CheckpointNode | None:
-        if node.parent_id is None:
-            return None
-        return self.nodes.get((node.checkpoint_ns, node.parent_id))
-
-    def heads(self) -> dict[str, str]:
-        latest: dict[str, str] = {}
-        for ns, checkpoint_id in self.nodes:
-            if checkpoint_id > latest.get(ns, ""):
-                latest[ns] = checkpoint_id
-        return latest
-
-
-class Skip(StrEnum):
-    """Why admission cleanup reclaimed nothing."""
-
-    EMPTY_THREAD = "empty-thread"
-    NOT_MARKED = "not-a-duration-leaf"
-    OWNS_WRITES = "owns-writes"
-    PROTECTED = "protected-id"
-    MISSING_PARENT = "missing-parent"
-    NOT_A_CLONE = "parent-state-differs"
-    PRECONDITION_CHANGED = "precondition-changed"
-    CACHE_INVALIDATION_FAILED = "cache-invalidation-failed"
-    FAILED = "failed"
-    DISABLED = "cleanup-disabled"
 
 
 def leaf_skip(

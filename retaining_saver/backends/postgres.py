@@ -31,14 +31,7 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import (
-    Backend,
-    Integrity,
-    Op,
-    StorageStats,
-    T,
-    TableStats,
-)
+from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
 
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,

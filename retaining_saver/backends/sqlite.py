@@ -35,14 +35,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import (
-    Backend,
-    Integrity,
-    Op,
-    StorageStats,
-    T,
-    TableStats,
-)
+from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
