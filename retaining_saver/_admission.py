@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, Invalidate, Lookup, Transact
+from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
 from retaining_saver._rules import CheckpointNode, Plan, Reason, RetentionPolicy, Skip
 from retaining_saver.backends._base import Applied, Backend
 
@@ -210,3 +210,40 @@ def recheck(
         return found
     retried: CheckpointTuple | None = yield Lookup(config)
     return retried
+
+
+def vanished_history(
+    answer: Mapping[str, Any],
+    target: CheckpointTuple,
+    channels: Sequence[str],
+    backend: Backend,
+) -> Flow[Mapping[str, Any]]:
+    """Delta history for `target`, an unpinned read's result, even if it was reclaimed since.
+
+    A reclaimed target cloned its parent, so its history is its parent's own
+    pending writes on top of the parent's history, seeded at the parent when
+    the parent stores the value: what the walk from the target would have
+    collected. Any non-empty answer, or a target still present, stands.
+    """
+    if any(entry.get("writes") or "seed" in entry for entry in answer.values()):
+        return answer
+    node = node_of(target)
+    thread_id = str(target.config["configurable"]["thread_id"])
+    op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
+    still: dict[str, CheckpointNode] = yield Transact(op)
+    if node.checkpoint_id in still or target.parent_config is None:
+        return answer
+    parent: CheckpointTuple | None = yield Lookup(target.parent_config)
+    if parent is None:
+        return answer
+    below: Mapping[str, Any] = yield History(target.parent_config, channels)
+    rebuilt: dict[str, Any] = {}
+    for channel in channels:
+        own = [w for w in parent.pending_writes or () if w[1] == channel]
+        if channel in parent.checkpoint["channel_values"]:
+            rebuilt[channel] = {"writes": own, "seed": parent.checkpoint["channel_values"][channel]}
+            continue
+        entry = dict(below.get(channel, {"writes": []}))
+        entry["writes"] = [*entry.get("writes", []), *own]
+        rebuilt[channel] = entry
+    return rebuilt

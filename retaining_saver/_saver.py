@@ -8,7 +8,7 @@ import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
@@ -121,15 +121,21 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
         _require(
             on_reclaim is None or callable(on_reclaim), TypeError, "on_reclaim must be callable"
         )
-        try:
-            self.policy = RetentionPolicy(
-                protect_checkpoint_ids=frozenset(protect_checkpoint_ids)
-                if not isinstance(protect_checkpoint_ids, str)
-                else protect_checkpoint_ids,  # type: ignore[arg-type]
-                is_reclaimable_leaf=is_reclaimable_leaf,
-            )
-        except TypeError as error:
-            raise TypeError(f"{error} (flag protect_checkpoint_ids/is_reclaimable_leaf)") from None
+        _require(
+            not isinstance(protect_checkpoint_ids, str | bytes)
+            and all(isinstance(i, str) for i in protect_checkpoint_ids),
+            TypeError,
+            "protect_checkpoint_ids must be a collection of checkpoint id strings",
+        )
+        _require(
+            is_reclaimable_leaf is None or callable(is_reclaimable_leaf),
+            TypeError,
+            "is_reclaimable_leaf must be callable or None",
+        )
+        self.policy = RetentionPolicy(
+            protect_checkpoint_ids=frozenset(protect_checkpoint_ids),
+            is_reclaimable_leaf=is_reclaimable_leaf,
+        )
         if isinstance(inner, HistoryCache):
             caches.append(inner)
         self.strict = strict
@@ -152,6 +158,7 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
         self._runs = _admission.RunTracker()
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
+        self._resolved: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
         self._successors: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 
     @property
@@ -175,16 +182,17 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
         if self._is_admission(config):
             thread_id = str(config["configurable"]["thread_id"])
             with self.locks.hold(thread_id):
-                return self._admit(thread_id, config, self._cleanup(thread_id, config)).head
+                return self._resolve(
+                    self._admit(thread_id, config, self._cleanup(thread_id, config)).head
+                )
         return self._pinned_result(config, drive(self._read(config), self.performer))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if self._is_admission(config):
             thread_id = str(config["configurable"]["thread_id"])
             async with self.locks.ahold(thread_id):
-                return (
-                    await self._aadmit(thread_id, config, self._cleanup(thread_id, config))
-                ).head
+                result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config))
+                return self._resolve(result.head)
         return self._pinned_result(config, await adrive(self._read(config), self.performer))
 
     def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
@@ -227,7 +235,9 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
     ) -> CheckpointTuple | None:
         configurable = config.get("configurable", {})
         checkpoint_id = configurable.get("checkpoint_id")
-        if found is None and checkpoint_id and self.strict_pinned_reads:
+        if not checkpoint_id:
+            return self._resolve(found)
+        if found is None and self.strict_pinned_reads:
             thread_id = str(configurable.get("thread_id"))
             ns = configurable.get("checkpoint_ns", "")
             successor = self._successors.get((thread_id, ns, checkpoint_id))
@@ -326,13 +336,44 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return drive(cached_history(config, channels, self.history_caches), self.performer)
+        return drive(self._history(config, channels), self.performer)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        flow = cached_history(config, channels, self.history_caches)
-        return await adrive(flow, self.performer)
+        return await adrive(self._history(config, channels), self.performer)
+
+    def _history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Flow[Mapping[str, DeltaChannelHistory]]:
+        answer = yield from cached_history(config, channels, self.history_caches)
+        configurable = config.get("configurable", {})
+        key = (
+            str(configurable.get("thread_id")),
+            configurable.get("checkpoint_ns", ""),
+            str(configurable.get("checkpoint_id")),
+        )
+        target = self._resolved.get(key)
+        if target is None or self.backend is None or not self.retry_unpinned_reads:
+            return answer
+        flow = _admission.vanished_history(answer, target, channels, self.backend)
+        return cast(Mapping[str, DeltaChannelHistory], (yield from flow))
+
+    def _resolve(self, found: CheckpointTuple | None) -> CheckpointTuple | None:
+        """Remember what an unpinned read returned, for its delta hydration to follow."""
+        if found is not None:
+            configurable = found.config["configurable"]
+            key = (
+                str(configurable["thread_id"]),
+                configurable.get("checkpoint_ns", ""),
+                str(found.checkpoint["id"]),
+            )
+            with self._counts_lock:
+                self._resolved[key] = found
+                self._resolved.move_to_end(key)
+                if len(self._resolved) > 1024:
+                    self._resolved.popitem(last=False)
+        return found
 
     # Whole-thread deletions purge the caches before and after.
 

@@ -8,8 +8,9 @@ their rows. `run` drives an operation synchronously in one transaction and
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -104,7 +105,11 @@ class Backend(ABC):
 
     @abstractmethod
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        """Every checkpoint of the thread, without deserialising channel values."""
+        """Every checkpoint of the thread: ids, parents, versions, write counts, metadata.
+
+        Postgres reads these through JSONB operators; SQLite must decode each
+        checkpoint payload, since its versions live inside it.
+        """
 
     @abstractmethod
     def load_nodes(
@@ -176,3 +181,50 @@ class Backend(ABC):
         has_children = yield from self.has_children(thread_id, ns, deletion.checkpoint_id)
         newest = (yield from self.newest_id(thread_id, ns)) if deletion.must_be_head else None
         return _rules.deletion_holds(deletion, now, has_children=has_children, newest_id=newest)
+
+
+def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:
+    """Feed each statement `op` yields to `execute`, and its result back to `op`."""
+    try:
+        statement = next(op)
+        while True:
+            statement = op.send(execute(statement))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        op.close()
+
+
+async def adrive_statements(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
+    """`drive_statements`, awaiting each statement."""
+    try:
+        statement = next(op)
+        while True:
+            statement = op.send(await execute(statement))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        op.close()
+
+
+def on_saver_loop(
+    loop: asyncio.AbstractEventLoop, what: str, make: Callable[[], Coroutine[Any, Any, T]]
+) -> T:
+    """Run `make()` on an async saver's loop from another thread, as its sync methods do.
+
+    Raises:
+        asyncio.InvalidStateError: If called from that loop's own thread, where
+            blocking on it would deadlock.
+    """
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise asyncio.InvalidStateError(
+            f"synchronous {what}() on an async saver is only allowed from a thread other "
+            f"than the saver's event loop; use `await ...a{what}(...)`"
+        )
+    return asyncio.run_coroutine_threadsafe(make(), loop).result()

@@ -13,7 +13,15 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
+from retaining_saver.backends._base import (
+    Backend,
+    Integrity,
+    Op,
+    StorageStats,
+    T,
+    TableStats,
+    drive_statements,
+)
 
 Statement = Callable[[], Any]
 
@@ -27,13 +35,7 @@ class MemoryBackend(Backend):
     saver: InMemorySaver
 
     def run(self, op: Op[T]) -> T:
-        try:
-            statement = next(op)
-            while True:
-                statement = op.send(statement())
-        except StopIteration as done:
-            result: T = done.value
-            return result
+        return drive_statements(op, lambda statement: statement())
 
     async def arun(self, op: Op[T]) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
@@ -112,9 +114,13 @@ class MemoryBackend(Backend):
                 for n in self._iter_nodes(thread_id)
                 for channel, version in n.channel_versions.items()
             }
-            freed = [key for key in candidates if key not in referenced]
+            freed = [
+                key
+                for key in candidates
+                if key not in referenced and (thread_id, *key) in self.saver.blobs
+            ]
             for ns, channel, version in freed:
-                self.saver.blobs.pop((thread_id, ns, channel, version), None)
+                del self.saver.blobs[(thread_id, ns, channel, version)]
             return freed
 
         freed: list[BlobKey] = yield statement
@@ -160,9 +166,9 @@ class MemoryBackend(Backend):
                     if n.parent_id is not None and n.parent_id not in namespaces[n.checkpoint_ns]
                 ),
                 orphan_writes=sum(
-                    1
+                    len(rows)
                     for (t, ns, cid), rows in self.saver.writes.items()
-                    if t == thread_id and rows and cid not in namespaces.get(ns, {})
+                    if t == thread_id and cid not in namespaces.get(ns, {})
                 ),
                 orphan_blobs=sum(
                     1

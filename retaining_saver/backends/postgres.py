@@ -20,7 +20,7 @@ that check is not seen by it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,7 +31,17 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
+from retaining_saver.backends._base import (
+    Backend,
+    Integrity,
+    Op,
+    StorageStats,
+    T,
+    TableStats,
+    adrive_statements,
+    drive_statements,
+    on_saver_loop,
+)
 
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
@@ -184,46 +194,6 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return [dict(row) for row in await cur.fetchall()] if statement.fetch else []
 
 
-def _drive(op: Op[T], execute: Callable[[Statement], list[Row]]) -> T:
-    """Feed each statement `op` yields to `execute`, and its rows back to `op`."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
-async def _adrive(op: Op[T], execute: Callable[[Statement], Awaitable[list[Row]]]) -> T:
-    """`_drive`, awaiting each statement."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(await execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
-def _on_loop(saver: AsyncPostgresSaver, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run `make()` on the saver's loop from another thread, as its own sync methods do."""
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is saver.loop:
-        raise asyncio.InvalidStateError(
-            "Synchronous run() on an AsyncPostgresSaver backend is only allowed from a "
-            "thread other than the saver's event loop; use `await backend.arun(...)`."
-        )
-    return asyncio.run_coroutine_threadsafe(make(), saver.loop).result()
-
-
 def _node(row: Row, write_count: int) -> CheckpointNode:
     return CheckpointNode(
         checkpoint_ns=row["checkpoint_ns"],
@@ -257,13 +227,13 @@ class PostgresBackend(Backend):
         """Carry out `op` in one transaction on the saver's connection."""
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
-            return _on_loop(saver, lambda: self.arun(op))
+            return on_saver_loop(saver.loop, "run", lambda: self.arun(op))
         with saver._cursor() as cur:
             if saver.pipe:
                 # The transaction must not take in what the pipeline queued before it.
                 saver.pipe.sync()
             with cur.connection.transaction():
-                return _drive(op, partial(_execute, cur))
+                return drive_statements(op, partial(_execute, cur))
 
     async def arun(self, op: Op[T]) -> T:
         """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
@@ -274,7 +244,7 @@ class PostgresBackend(Backend):
             if saver.pipe:
                 await saver.pipe.sync()
             async with cur.connection.transaction():
-                return await _adrive(op, partial(_aexecute, cur))
+                return await adrive_statements(op, partial(_aexecute, cur))
 
     # Primitives
 

@@ -25,7 +25,7 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,7 +35,17 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
-from retaining_saver.backends._base import Backend, Integrity, Op, StorageStats, T, TableStats
+from retaining_saver.backends._base import (
+    Backend,
+    Integrity,
+    Op,
+    StorageStats,
+    T,
+    TableStats,
+    adrive_statements,
+    drive_statements,
+    on_saver_loop,
+)
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
@@ -199,36 +209,10 @@ async def _aexecute(conn: aiosqlite.Connection, statement: Statement) -> list[Ro
         await cur.close()
 
 
-def _drive(op: Op[T], execute: Callable[[Statement], list[Row]]) -> T:
-    """Feed each statement `op` yields to `execute`, and its rows back to `op`."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
-async def _adrive(op: Op[T], execute: Callable[[Statement], Awaitable[list[Row]]]) -> T:
-    """`_drive`, awaiting each statement."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(await execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
 def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
     _execute(conn, Statement(BEGIN_SQL))
     try:
-        result = _drive(op, partial(_execute, conn))
+        result = drive_statements(op, partial(_execute, conn))
         conn.commit()
     except BaseException:
         conn.rollback()
@@ -239,26 +223,12 @@ def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
 async def _atransaction(conn: aiosqlite.Connection, op: Op[T]) -> T:
     await _aexecute(conn, Statement(BEGIN_SQL))
     try:
-        result = await _adrive(op, partial(_aexecute, conn))
+        result = await adrive_statements(op, partial(_aexecute, conn))
         await conn.commit()
     except BaseException:
         await conn.rollback()
         raise
     return result
-
-
-def _on_loop(saver: AsyncSqliteSaver, what: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run `make()` on the saver's loop from another thread, as its own sync methods do."""
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is saver.loop:
-        raise asyncio.InvalidStateError(
-            f"Synchronous {what}() on an AsyncSqliteSaver backend is only allowed from a "
-            f"thread other than the saver's event loop; use `await backend.a{what}(...)`."
-        )
-    return asyncio.run_coroutine_threadsafe(make(), saver.loop).result()
 
 
 def _file_bytes(page_row: Row) -> int:
@@ -283,7 +253,7 @@ class SqliteBackend(Backend):
         """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
-            return _on_loop(saver, "run", lambda: self.arun(op))
+            return on_saver_loop(saver.loop, "run", lambda: self.arun(op))
         with saver.lock:
             saver.setup()
             return _transaction(saver.conn, op)
@@ -395,10 +365,10 @@ class SqliteBackend(Backend):
         _check_ratio(min_free_ratio)
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
-            return _on_loop(saver, "compact", lambda: self.acompact(min_free_ratio))
+            return on_saver_loop(saver.loop, "compact", lambda: self.acompact(min_free_ratio))
         with saver.lock:
             saver.setup()
-            return _drive(_compaction(min_free_ratio), partial(_execute, saver.conn))
+            return drive_statements(_compaction(min_free_ratio), partial(_execute, saver.conn))
 
     async def acompact(self, min_free_ratio: float = 0.25) -> Compaction:
         """`compact`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
@@ -408,7 +378,9 @@ class SqliteBackend(Backend):
             return await asyncio.to_thread(self.compact, min_free_ratio)
         await saver.setup()
         async with saver.lock:
-            return await _adrive(_compaction(min_free_ratio), partial(_aexecute, saver.conn))
+            return await adrive_statements(
+                _compaction(min_free_ratio), partial(_aexecute, saver.conn)
+            )
 
 
 def _check_ratio(min_free_ratio: float) -> None:
