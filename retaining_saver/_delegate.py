@@ -127,10 +127,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
             enter()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: object) -> bool | None:
         leave = getattr(self.inner, "__exit__", None)
-        if leave is not None:
-            leave(*exc_info)
+        return None if leave is None else bool(leave(*exc_info))
 
     async def __aenter__(self) -> Self:
         enter = getattr(self.inner, "__aenter__", None)
@@ -138,10 +137,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
             await enter()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, *exc_info: object) -> bool | None:
         leave = getattr(self.inner, "__aexit__", None)
-        if leave is not None:
-            await leave(*exc_info)
+        return None if leave is None else bool(await leave(*exc_info))
 
     # Sync methods
 

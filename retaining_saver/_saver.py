@@ -6,7 +6,7 @@ import logging
 import threading
 import warnings
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -377,43 +377,57 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
 
     # Whole-thread deletions purge the caches before and after.
 
-    def delete_thread(self, thread_id: str) -> None:
-        drive(_purged(str(thread_id)), self.performer)
-        self.inner.delete_thread(thread_id)
-        drive(_purged(str(thread_id)), self.performer)
+    def delete_thread(self, thread_id: str) -> Any:
+        return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        await adrive(_purged(str(thread_id)), self.performer)
-        await self.inner.adelete_thread(thread_id)
-        await adrive(_purged(str(thread_id)), self.performer)
+    async def adelete_thread(self, thread_id: str) -> Any:
+        return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        for thread_id in _thread_list(thread_ids):
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+        return self._purging(
+            _thread_list(thread_ids), lambda: self.inner.prune(thread_ids, strategy=strategy)
+        )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+        deleting = self.inner.aprune(thread_ids, strategy=strategy)
+        return await self._apurging(_thread_list(thread_ids), deleting)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Any:
+        return self._purging([None], lambda: self.inner.delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
+        return await self._apurging([None], self.inner.adelete_for_runs(run_ids))
+
+    def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
+        """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
+        for thread_id in thread_ids:
             drive(_purged(thread_id), self.performer)
-        self.inner.prune(thread_ids, strategy=strategy)
-        for thread_id in _thread_list(thread_ids):
+        result = delete()
+        for thread_id in thread_ids:
             drive(_purged(thread_id), self.performer)
+        return result
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        for thread_id in _thread_list(thread_ids):
+    async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
+        try:
+            for thread_id in thread_ids:
+                await adrive(_purged(thread_id), self.performer)
+        except BaseException:
+            _discard(delete)
+            raise
+        result = await delete
+        for thread_id in thread_ids:
             await adrive(_purged(thread_id), self.performer)
-        await self.inner.aprune(thread_ids, strategy=strategy)
-        for thread_id in _thread_list(thread_ids):
-            await adrive(_purged(thread_id), self.performer)
+        return result
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        drive(_purged(None), self.performer)
-        self.inner.delete_for_runs(run_ids)
-        drive(_purged(None), self.performer)
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await adrive(_purged(None), self.performer)
-        await self.inner.adelete_for_runs(run_ids)
-        await adrive(_purged(None), self.performer)
+def _discard(awaitable: Awaitable[Any]) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
 
 
 def _purged(thread_id: str | None) -> Flow[None]:
-    yield Invalidate(thread_id, "", None)
+    yield Invalidate(None if thread_id is None else str(thread_id), "", None)
 
 
 def _thread_list(thread_ids: Sequence[str]) -> list[str]:

@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot, interrupt
+from langgraph.types import Interrupt, StateSnapshot, interrupt
 
 # Chat graph: `respond` then `summarize`, four checkpoints per turn
 
@@ -155,9 +155,15 @@ def thread_config(thread_id: str) -> RunnableConfig:
 
 
 def normalize(value: Any) -> Any:
-    """Replace messages by `(type, content, id)` and containers by plain ones, recursively."""
+    """Replace messages by `(type, content, id)`, interrupts by their value, recursively.
+
+    Interrupt ids are dropped: they hash the task, whose id depends on the
+    checkpoint id, so they differ between two threads with equal state.
+    """
     if isinstance(value, BaseMessage):
         return (value.type, value.content, value.id)
+    if isinstance(value, Interrupt):
+        return ("interrupt", normalize(value.value))
     if isinstance(value, dict):
         return {k: normalize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -180,10 +186,10 @@ def visible_state(snapshot: StateSnapshot) -> dict[str, Any]:
         "source": metadata.get("source"),
         "step": metadata.get("step"),
         "tasks": [
-            (task.name, [normalize(i.value) for i in task.interrupts], task.error is not None)
+            (task.name, normalize(list(task.interrupts)), task.error is not None)
             for task in snapshot.tasks
         ],
-        "interrupts": [normalize(i.value) for i in snapshot.interrupts],
+        "interrupts": normalize(list(snapshot.interrupts)),
     }
 
 
@@ -203,16 +209,21 @@ def _link_shape(snapshots: list[StateSnapshot]) -> list[dict[str, Any]]:
     return out
 
 
-def visible_history(graph: CompiledStateGraph, config: RunnableConfig) -> list[dict[str, Any]]:
-    """`get_state_history` newest first, as `visible_state` dicts with parent positions."""
-    return _link_shape(list(graph.get_state_history(config)))
+def visible_history(
+    graph: CompiledStateGraph, config: RunnableConfig, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """`get_state_history` newest first, as `visible_state` dicts with parent positions.
+
+    `kwargs` (`filter`, `before`, `limit`) go to `get_state_history`.
+    """
+    return _link_shape(list(graph.get_state_history(config, **kwargs)))
 
 
 async def avisible_history(
-    graph: CompiledStateGraph, config: RunnableConfig
+    graph: CompiledStateGraph, config: RunnableConfig, **kwargs: Any
 ) -> list[dict[str, Any]]:
     """Async twin of `visible_history`."""
-    return _link_shape([s async for s in graph.aget_state_history(config)])
+    return _link_shape([s async for s in graph.aget_state_history(config, **kwargs)])
 
 
 def find_snapshot(snapshots: Iterable[StateSnapshot], **values: Any) -> StateSnapshot:

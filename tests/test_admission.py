@@ -61,7 +61,9 @@ def test_ten_turn_chat_keeps_one_leaf_sync(kind: str, request: pytest.FixtureReq
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_ten_turn_chat_keeps_one_leaf_async(kind: str, request: pytest.FixtureRequest) -> None:
+async def test_ten_turn_chat_keeps_one_leaf_async(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
     async with open_async(kind, request) as inner:
         saver = RetainingSaver(inner)
         graph = build_chat_graph(saver)
@@ -117,7 +119,9 @@ def test_leaf_with_pending_write_is_kept(kind: str, request: pytest.FixtureReque
         config = thread_config("pending")
         graph.invoke(chat_turn(0), config)
         leaf = write_duration_leaf(saver, "pending")
-        leaf_config = {"configurable": {"thread_id": "pending", "checkpoint_ns": "", "checkpoint_id": leaf}}
+        leaf_config = {
+            "configurable": {"thread_id": "pending", "checkpoint_ns": "", "checkpoint_id": leaf}
+        }
         inner.put_writes(leaf_config, [("turns", 41)], task_id="in-flight")
         result = saver.admit("pending")
         assert result.skipped == Skip.OWNS_WRITES
@@ -150,7 +154,9 @@ def test_duration_link_is_kept(kind: str, request: pytest.FixtureRequest) -> Non
         bare_graph.invoke(chat_turn(1), config)  # forks from the leaf: now a link
         saver = RetainingSaver(inner)
         build_chat_graph(saver).invoke(chat_turn(2), config)
-        link_config = {"configurable": {"thread_id": "link", "checkpoint_ns": "", "checkpoint_id": link}}
+        link_config = {
+            "configurable": {"thread_id": "link", "checkpoint_ns": "", "checkpoint_id": link}
+        }
         assert inner.get_tuple(link_config) is not None
         assert saver.counters.reclaimed == 0
 

@@ -23,7 +23,11 @@ from retaining_saver.testing import write_duration_leaf
 
 def _pinned(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
     return {
-        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
     }
 
 
@@ -85,10 +89,21 @@ def test_admission_work_is_bounded_and_flat() -> None:
         )
         result = saver.admit("t")
         assert len(result.reclaimed) == 1
-        counts.append({name: reads.count(name) + ops.count(name) for name in (
-            "get_tuple", "list", "run", "load_nodes", "has_children", "newest_id",
-            "delete_checkpoint", "load_lineage",
-        )})
+        counts.append(
+            {
+                name: reads.count(name) + ops.count(name)
+                for name in (
+                    "get_tuple",
+                    "list",
+                    "run",
+                    "load_nodes",
+                    "has_children",
+                    "newest_id",
+                    "delete_checkpoint",
+                    "load_lineage",
+                )
+            }
+        )
     assert counts[0] == counts[1]
     assert counts[0]["get_tuple"] <= 2  # the head (the admission read) and its parent
     assert counts[0]["run"] == 1  # one guarded transaction

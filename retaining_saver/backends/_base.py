@@ -126,8 +126,11 @@ class Backend(ABC):
         """The latest checkpoint id of the namespace."""
 
     @abstractmethod
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
-        """Delete one checkpoint row and the writes rows keyed by its id."""
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        """Delete one checkpoint row and the writes rows keyed by its id.
+
+        Answers False, deleting nothing, if the row was already gone.
+        """
 
     @abstractmethod
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
@@ -163,9 +166,10 @@ class Backend(ABC):
                 yield from self.reparent(thread_id, graft)
                 applied.grafted.append(graft)
         for deletion in plan.deletions:
-            if (yield from self._deletion_holds(thread_id, deletion)):
-                ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
+            ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
+            if (yield from self._deletion_holds(thread_id, deletion)) and (
                 yield from self.delete_checkpoint(thread_id, ns, checkpoint_id)
+            ):
                 applied.deleted.append(deletion)
             else:
                 applied.dropped.append(deletion)

@@ -90,12 +90,16 @@ class MemoryBackend(Backend):
         newest: str | None = yield lambda: max(rows, default=None)
         return newest
 
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
-        def statement() -> None:
-            del self.saver.storage[thread_id][checkpoint_ns][checkpoint_id]
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        def statement() -> bool:
+            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+            if rows.pop(checkpoint_id, None) is None:
+                return False
             self.saver.writes.pop((thread_id, checkpoint_ns, checkpoint_id), None)
+            return True
 
-        yield statement
+        deleted: bool = yield statement
+        return deleted
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         def statement() -> None:

@@ -90,8 +90,10 @@ DELETE_WRITES_SQL = """
 DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
 """
 
+# RETURNING tells a transaction that lost a race (the row went meanwhile) it deleted nothing.
 DELETE_CHECKPOINT_SQL = """
 DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+RETURNING checkpoint_id
 """
 
 UPDATE_PARENT_SQL = """
@@ -274,10 +276,12 @@ class PostgresBackend(Backend):
         newest: str | None = rows[0]["newest"]
         return newest
 
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        yield Statement(DELETE_WRITES_SQL, key)
-        yield Statement(DELETE_CHECKPOINT_SQL, key)
+        deleted = yield Statement(DELETE_CHECKPOINT_SQL, key, fetch=True)
+        if deleted:
+            yield Statement(DELETE_WRITES_SQL, key)
+        return bool(deleted)
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)

@@ -92,8 +92,10 @@ DELETE_WRITES_SQL = """
 DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 """
 
+# RETURNING tells a transaction that lost a race (the row went meanwhile) it deleted nothing.
 DELETE_CHECKPOINT_SQL = """
 DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+RETURNING checkpoint_id
 """
 
 UPDATE_PARENT_SQL = """
@@ -309,10 +311,12 @@ class SqliteBackend(Backend):
         newest: str | None = rows[0]["newest"]
         return newest
 
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[None]:
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        yield Statement(DELETE_WRITES_SQL, key)
-        yield Statement(DELETE_CHECKPOINT_SQL, key)
+        deleted = yield Statement(DELETE_CHECKPOINT_SQL, key)
+        if deleted:
+            yield Statement(DELETE_WRITES_SQL, key)
+        return bool(deleted)
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)

@@ -1,0 +1,145 @@
+"""The upstream conformance suite passes as well through `RetainingSaver` as on the bare saver.
+
+`langgraph-checkpoint-conformance` runs one suite per capability, each against
+a fresh saver from a factory. Every factory here hands out a saver over an
+empty store (a new `InMemorySaver`, a new SQLite file, a new PostgreSQL
+database), so no suite sees rows another suite left behind. Each backend is
+validated bare and wrapped, and the two reports must agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import create_database, drop_database
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.report import CapabilityReport, ProgressCallbacks
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from retaining_saver import RetainingSaver
+
+OpenSaver = Callable[[], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]
+
+# Tests the bare savers pass with the pinned versions (constraints.txt); a drop
+# means the suite silently stopped running something.
+MIN_BARE_PASSED = {"InMemorySaver": 58, "AsyncSqliteSaver": 58, "AsyncPostgresSaver": 66}
+
+
+@dataclass
+class Outcome:
+    """One validation run: the report and the name of every test that passed."""
+
+    report: CapabilityReport
+    passed_tests: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def passed(self) -> int:
+        return sum(result.tests_passed for result in self.report.results.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(result.tests_failed for result in self.report.results.values())
+
+    def summary(self) -> str:
+        return f"{self.passed} passed / {self.failed} failed"
+
+
+@asynccontextmanager
+async def open_memory() -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """A new, empty InMemorySaver."""
+    yield InMemorySaver()
+
+
+def sqlite_opener(directory: Path) -> OpenSaver:
+    """Open an AsyncSqliteSaver on a new file in `directory` each time."""
+
+    @asynccontextmanager
+    async def open_sqlite() -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        path = directory / f"{uuid.uuid4().hex}.sqlite"
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            yield saver
+
+    return open_sqlite
+
+
+def postgres_opener(server: str) -> OpenSaver:
+    """Open an AsyncPostgresSaver on a new database on `server` each time."""
+
+    @asynccontextmanager
+    async def open_postgres() -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        dsn = await asyncio.to_thread(create_database, server)
+        try:
+            async with AsyncPostgresSaver.from_conn_string(dsn) as saver:
+                await saver.setup()
+                yield saver
+        finally:
+            await asyncio.to_thread(drop_database, server, dsn)
+
+    return open_postgres
+
+
+async def run_suite(name: str, open_saver: OpenSaver, *, wrapped: bool) -> Outcome:
+    """Validate the savers `open_saver` yields, wrapped in `RetainingSaver` if asked."""
+
+    async def factory() -> AsyncGenerator[BaseCheckpointSaver[Any], None]:
+        async with open_saver() as inner:
+            yield RetainingSaver(inner) if wrapped else inner
+
+    label = f"RetainingSaver({name})" if wrapped else name
+    registered = checkpointer_test(name=label)(factory)
+    passed_tests: set[tuple[str, str]] = set()
+
+    def on_result(capability: str, test: str, ok: bool, error: str | None) -> None:
+        if ok:
+            passed_tests.add((capability, test))
+
+    report = await validate(registered, progress=ProgressCallbacks(on_test_result=on_result))
+    return Outcome(report, passed_tests)
+
+
+def assert_wrapped_matches(bare: Outcome, wrapped: Outcome) -> None:
+    """The wrapper passes every test the bare saver passes, capability by capability."""
+    lost = sorted(bare.passed_tests - wrapped.passed_tests)
+    failures = [f for r in wrapped.report.results.values() for f in r.failures]
+    assert not lost, f"tests that pass bare but fail wrapped: {lost}\n" + "\n".join(failures)
+    assert bare.report.results.keys() == wrapped.report.results.keys()
+    for capability, bare_result in bare.report.results.items():
+        wrapped_result = wrapped.report.results[capability]
+        assert wrapped_result.detected == bare_result.detected, capability
+        assert wrapped_result.tests_passed == bare_result.tests_passed, capability
+
+
+def opener_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> OpenSaver:
+    """The opener for `backend`; Postgres goes through `pg_server` (skip or fail)."""
+    if backend == "InMemorySaver":
+        return open_memory
+    if backend == "AsyncSqliteSaver":
+        return sqlite_opener(tmp_path)
+    return postgres_opener(request.getfixturevalue("pg_server"))
+
+
+@pytest.mark.parametrize("backend", list(MIN_BARE_PASSED))
+async def test_conformance_wrapped_matches_bare(
+    backend: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    open_saver = opener_for(backend, request, tmp_path)
+    bare = await run_suite(backend, open_saver, wrapped=False)
+    wrapped = await run_suite(backend, open_saver, wrapped=True)
+    with capsys.disabled():
+        print(f"\nconformance {backend}: bare {bare.summary()}, wrapped {wrapped.summary()}")
+    assert bare.failed == 0, f"bare {backend} fails upstream tests: {bare.report.to_dict()}"
+    assert bare.passed >= MIN_BARE_PASSED[backend]
+    assert_wrapped_matches(bare, wrapped)
