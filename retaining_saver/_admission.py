@@ -93,9 +93,13 @@ def bounded_cleanup(
     backend: Backend,
     policy: RetentionPolicy,
     protected: frozenset[str],
+    head: CheckpointTuple | None,
 ) -> Flow[AdmissionResult]:
-    """Reclaim the head's stack of duration leaves; answer the head the run should read."""
-    head: CheckpointTuple | None = yield Lookup(read_config)
+    """Reclaim `head`'s stack of duration leaves; answer the head the run should read.
+
+    `head` is what the admission read of `read_config` returned: the first of
+    the lookups, made by the caller.
+    """
     if head is None:
         return AdmissionResult(thread_id, (), Skip.EMPTY_THREAD, None)
     chain = [(node_of(head), head)]
@@ -164,6 +168,15 @@ class RunTracker:
             if len(self._seen) > self._size:
                 self._seen.popitem(last=False)
             return True
+
+
+def head_skip(
+    head: CheckpointTuple | None, policy: RetentionPolicy, protected: frozenset[str]
+) -> Skip | None:
+    """Why admission can stop at the head it read, before taking any lock, else None."""
+    if head is None:
+        return Skip.EMPTY_THREAD
+    return _rules.leaf_skip(node_of(head), policy, protected)
 
 
 def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:

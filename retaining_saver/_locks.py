@@ -40,11 +40,12 @@ class ThreadLocks:
 
     def _box(self, thread_id: str, loop: asyncio.AbstractEventLoop | None) -> _Box:
         with self._guard:
-            registry = (
-                self._sync
-                if loop is None
-                else self._async.setdefault(loop, weakref.WeakValueDictionary())
-            )
+            if loop is None:
+                registry = self._sync
+            elif (known := self._async.get(loop)) is not None:
+                registry = known
+            else:
+                registry = self._async[loop] = weakref.WeakValueDictionary()
             box = registry.get(thread_id)
             if box is None:
                 box = _Box(threading.Lock() if loop is None else asyncio.Lock())

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from retaining_saver._lineage import (
     BlobKey,
@@ -160,12 +160,17 @@ class RetentionPolicy:
             )
             _require(age >= timedelta(0), ValueError, "sibling_branch_min_age must be >= 0")
         ids = self.protect_checkpoint_ids
+        try:
+            # Materialised first: a generator would be used up by the check.
+            frozen = None if isinstance(ids, str | bytes) else frozenset(ids)
+        except TypeError:
+            frozen = None
         _require(
-            not isinstance(ids, str | bytes) and all(isinstance(i, str) for i in ids),
+            frozen is not None and all(isinstance(i, str) for i in frozen),
             TypeError,
             "protect_checkpoint_ids must be a collection of str ids",
         )
-        object.__setattr__(self, "protect_checkpoint_ids", frozenset(ids))
+        object.__setattr__(self, "protect_checkpoint_ids", frozen)
         _require(
             self.is_reclaimable_leaf is None or callable(self.is_reclaimable_leaf),
             TypeError,
@@ -217,16 +222,21 @@ class _Planner:
     def __init__(self, lineage: Lineage, policy: RetentionPolicy, now: datetime) -> None:
         self.lineage = lineage
         self.policy = policy
-        self.now = now
+        self.now = _aware(now)
         self.children = lineage.children()
         self.kept: dict[NodeKey, Protection] = {}
         self.referenced = _subgraph_parents(lineage)
+        # Namespaces where a protected chain runs into a missing row: any loose
+        # checkpoint there may be an ancestor of that row, so none is superseded.
+        self.broken_namespaces: set[str] = set()
 
     def plan(self) -> Plan:
         units = self._trailing_stacks()
         self._protect_chains(set(_flatten(units)))
-        units += self._links()
-        units += self._superseded_subtrees(set(_flatten(units)))
+        links = self._links()
+        # A link may also parent a superseded subtree, which must go first.
+        units += self._superseded_subtrees(set(_flatten(units + links)))
+        units += links
         deletions, deferred = _cap(units, self.policy.max_delete_per_run)
         for deletion in deferred:
             self.kept[(deletion.checkpoint_ns, deletion.checkpoint_id)] = Protection.CAPPED
@@ -248,14 +258,21 @@ class _Planner:
         return parent is not None and is_clone(node, parent)
 
     def _trailing_stacks(self) -> list[list[Deletion]]:
+        """Each namespace's run of newest checkpoints, each the clone child of the next.
+
+        The parent must be the next newest, so that "latest" lands on it: a
+        newer checkpoint on another branch would otherwise become the head.
+        """
         units: list[list[Deletion]] = []
-        for ns, head_id in self.lineage.heads().items():
-            node = self.lineage.nodes[(ns, head_id)]
+        for ns, newest_first in self._ids_newest_first().items():
             stack: list[Deletion] = []
+            node = self.lineage.nodes[(ns, newest_first[0])]
             while (
                 self.policy.trailing_duration_leaves
+                and len(newest_first) > len(stack) + 1
+                and node.parent_id == newest_first[len(stack) + 1]
                 and self._reclaimable(node)
-                and all(k[1] in {d.checkpoint_id for d in stack} for k in self._kids(node))
+                and len(self._kids(node)) == (1 if stack else 0)
             ):
                 stack.append(leaf_deletion(node, Reason.TRAILING_DURATION_LEAF, head=True))
                 node = self.lineage.nodes[(ns, str(node.parent_id))]
@@ -263,6 +280,12 @@ class _Planner:
             if stack:
                 units.append(stack)
         return units
+
+    def _ids_newest_first(self) -> dict[str, list[str]]:
+        by_ns: dict[str, list[str]] = {}
+        for ns, checkpoint_id in self.lineage.nodes:
+            by_ns.setdefault(ns, []).append(checkpoint_id)
+        return {ns: sorted(ids, reverse=True) for ns, ids in by_ns.items()}
 
     def _kids(self, node: CheckpointNode) -> list[NodeKey]:
         return self.children.get((node.checkpoint_ns, node.checkpoint_id), [])
@@ -278,13 +301,16 @@ class _Planner:
             elif node.write_count and not self._kids(node):
                 self.kept[key] = Protection.PENDING_WRITES
         for key in list(self.kept):
-            parent = self.lineage.parent(self.lineage.nodes[key])
+            node = self.lineage.nodes[key]
+            parent = self.lineage.parent(node)
             while parent is not None:
                 pkey = (parent.checkpoint_ns, parent.checkpoint_id)
                 if pkey in self.kept:
                     break
                 self.kept[pkey] = Protection.ANCESTOR
-                parent = self.lineage.parent(parent)
+                node, parent = parent, self.lineage.parent(parent)
+            if parent is None and node.parent_id is not None:
+                self.broken_namespaces.add(node.checkpoint_ns)
 
     def _is_link(self, key: NodeKey) -> bool:
         return self.kept.get(key) in (Protection.ANCESTOR, Protection.DURATION_LINK) and (
@@ -319,10 +345,10 @@ class _Planner:
     def _superseded_subtrees(self, taken: set[NodeKey]) -> list[list[Deletion]]:
         loose = {k for k in self.lineage.nodes if k not in self.kept and k not in taken}
         roots = [k for k in loose if self._parent_key(k) not in loose]
-        subtrees = [self._post_order(root, loose) for root in roots]
-        subtrees.sort(key=lambda keys: max(self.lineage.nodes[k].ts for k in keys))
+        subtrees = [(root, self._post_order(root, loose)) for root in roots]
+        subtrees.sort(key=lambda pair: max(self.lineage.nodes[k].ts for k in pair[1]))
         units: list[list[Deletion]] = []
-        for root, keys in zip(roots, subtrees, strict=True):
+        for root, keys in subtrees:
             protection = self._subtree_protection(root, keys)
             if protection is not None:
                 self.kept.update(dict.fromkeys(keys, protection))
@@ -349,7 +375,11 @@ class _Planner:
 
     def _subtree_protection(self, root: NodeKey, keys: Sequence[NodeKey]) -> Protection | None:
         parent_key = self._parent_key(root)
-        if parent_key is None or parent_key not in self.lineage.nodes:
+        if (
+            parent_key is None
+            or parent_key not in self.lineage.nodes
+            or root[0] in self.broken_namespaces
+        ):
             return Protection.FORK_POINT_MISSING
         if not self.policy.prune_leaf_sibling_branches:
             return Protection.NOT_ENABLED
@@ -412,9 +442,14 @@ def _freed_blobs(lineage: Lineage, deleted: set[NodeKey]) -> tuple[BlobKey, ...]
 
 def _parse_ts(ts: str) -> datetime | None:
     try:
-        return datetime.fromisoformat(ts)
+        return _aware(datetime.fromisoformat(ts))
     except ValueError:
         return None
+
+
+def _aware(moment: datetime) -> datetime:
+    """Naive times are taken as UTC, which is what LangGraph writes."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def deletion_holds(
@@ -423,6 +458,7 @@ def deletion_holds(
     *,
     has_children: bool,
     newest_id: str | None,
+    runner_up_id: str | None = None,
 ) -> bool:
     """Whether what `deletion` was proven against still holds, as read in its transaction.
 
@@ -431,13 +467,17 @@ def deletion_holds(
         now: The rows of the checkpoint and of `clone_of`, by id, as they are now.
         has_children: Whether any checkpoint still names it as parent.
         newest_id: The newest id in its namespace, read when `must_be_head`.
+        runner_up_id: The newest id below it, read when `must_be_head`: it must
+            be `clone_of`, so that removing the head makes its parent the latest.
     """
     node = now.get(deletion.checkpoint_id)
     if node is None or node.parent_id != deletion.parent_id or has_children:
         return False
     if node.write_count and not deletion.writes_consumed:
         return False
-    if deletion.must_be_head and newest_id != deletion.checkpoint_id:
+    if deletion.must_be_head and (
+        newest_id != deletion.checkpoint_id or runner_up_id != deletion.clone_of
+    ):
         return False
     if deletion.clone_of is not None:
         parent = now.get(deletion.clone_of)

@@ -179,21 +179,34 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if self._is_admission(config):
-            thread_id = str(config["configurable"]["thread_id"])
-            with self.locks.hold(thread_id):
-                return self._resolve(
-                    self._admit(thread_id, config, self._cleanup(thread_id, config)).head
-                )
-        return self._pinned_result(config, drive(self._read(config), self.performer))
+        if not self._is_admission(config):
+            return self._pinned_result(config, drive(self._read(config), self.performer))
+        # The admission read: only a head shaped like a leaf takes the lock.
+        head = self.inner.get_tuple(config)
+        if self._nothing_to_reclaim(head, config):
+            return self._resolve(head)
+        thread_id = str(config["configurable"]["thread_id"])
+        with self.locks.hold(thread_id):
+            result = self._admit(thread_id, config, self._cleanup(thread_id, config, head))
+        return self._resolve(result.head)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if self._is_admission(config):
-            thread_id = str(config["configurable"]["thread_id"])
-            async with self.locks.ahold(thread_id):
-                result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config))
-                return self._resolve(result.head)
-        return self._pinned_result(config, await adrive(self._read(config), self.performer))
+        if not self._is_admission(config):
+            return self._pinned_result(config, await adrive(self._read(config), self.performer))
+        head = await self.inner.aget_tuple(config)
+        if self._nothing_to_reclaim(head, config):
+            return self._resolve(head)
+        thread_id = str(config["configurable"]["thread_id"])
+        async with self.locks.ahold(thread_id):
+            result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
+        return self._resolve(result.head)
+
+    def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
+        skip = _admission.head_skip(head, self.policy, _admission.run_selectors(config))
+        if skip is None:
+            return False
+        self._count("attempted", f"skip:{skip.value}")
+        return True
 
     def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Run bounded cleanup for `thread_id` now, as a run about to start would.
@@ -202,14 +215,16 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
         Never raises for a cleanup failure; the result says what happened.
         """
         config = self._thread_config(thread_id, checkpoint_ns)
-        with self.locks.hold(str(thread_id)):
-            return self._admit(str(thread_id), config, self._cleanup(str(thread_id), config))
+        with self.locks.hold(thread_id):
+            head = self.inner.get_tuple(config)
+            return self._admit(thread_id, config, self._cleanup(thread_id, config, head))
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
-        async with self.locks.ahold(str(thread_id)):
-            return await self._aadmit(str(thread_id), config, self._cleanup(str(thread_id), config))
+        async with self.locks.ahold(thread_id):
+            head = await self.inner.aget_tuple(config)
+            return await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
         _require(
@@ -246,17 +261,19 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
 
     # Admission
 
-    def _cleanup(self, thread_id: str, config: RunnableConfig) -> Flow[AdmissionResult]:
+    def _cleanup(
+        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
+    ) -> Flow[AdmissionResult]:
         if self.backend is None or self.admission == "off":
-            return self._no_cleanup(thread_id, config)
+            return self._no_cleanup(thread_id, head)
         protected = _admission.run_selectors(config)
-        return self._settled(
-            _admission.bounded_cleanup(thread_id, config, self.backend, self.policy, protected),
-            config,
+        flow = _admission.bounded_cleanup(
+            thread_id, config, self.backend, self.policy, protected, head
         )
+        return self._settled(flow, config)
 
-    def _no_cleanup(self, thread_id: str, config: RunnableConfig) -> Flow[AdmissionResult]:
-        head = yield from self._read(config)
+    def _no_cleanup(self, thread_id: str, head: CheckpointTuple | None) -> Flow[AdmissionResult]:
+        yield from ()
         return AdmissionResult(thread_id, (), Skip.DISABLED, head)
 
     def _settled(

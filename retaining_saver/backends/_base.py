@@ -122,8 +122,10 @@ class Backend(ABC):
         """Whether any checkpoint names `checkpoint_id` as its parent."""
 
     @abstractmethod
-    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
-        """The latest checkpoint id of the namespace."""
+    def newest_id(
+        self, thread_id: str, checkpoint_ns: str, below: str | None = None
+    ) -> Op[str | None]:
+        """The latest checkpoint id of the namespace (of those less than `below`, if given)."""
 
     @abstractmethod
     def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
@@ -183,8 +185,13 @@ class Backend(ABC):
         ids = [deletion.checkpoint_id] + ([deletion.clone_of] if deletion.clone_of else [])
         now = yield from self.load_nodes(thread_id, ns, ids)
         has_children = yield from self.has_children(thread_id, ns, deletion.checkpoint_id)
-        newest = (yield from self.newest_id(thread_id, ns)) if deletion.must_be_head else None
-        return _rules.deletion_holds(deletion, now, has_children=has_children, newest_id=newest)
+        newest = runner_up = None
+        if deletion.must_be_head:
+            newest = yield from self.newest_id(thread_id, ns)
+            runner_up = yield from self.newest_id(thread_id, ns, below=deletion.checkpoint_id)
+        return _rules.deletion_holds(
+            deletion, now, has_children=has_children, newest_id=newest, runner_up_id=runner_up
+        )
 
 
 def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:

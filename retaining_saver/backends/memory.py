@@ -85,9 +85,13 @@ class MemoryBackend(Backend):
         found: bool = yield lambda: any(row[2] == checkpoint_id for row in rows.values())
         return found
 
-    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
+    def newest_id(
+        self, thread_id: str, checkpoint_ns: str, below: str | None = None
+    ) -> Op[str | None]:
         rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-        newest: str | None = yield lambda: max(rows, default=None)
+        newest: str | None = yield lambda: max(
+            (i for i in rows if below is None or i < below), default=None
+        )
         return newest
 
     def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:

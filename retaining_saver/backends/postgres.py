@@ -84,6 +84,7 @@ SELECT EXISTS (
 
 SELECT_NEWEST_ID_SQL = """
 SELECT max(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s
+    AND (%s::text IS NULL OR checkpoint_id < %s)
 """
 
 DELETE_WRITES_SQL = """
@@ -271,8 +272,11 @@ class PostgresBackend(Backend):
         rows = yield Statement(SELECT_HAS_CHILDREN_SQL, params, True)
         return bool(rows[0]["found"])
 
-    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
-        rows = yield Statement(SELECT_NEWEST_ID_SQL, (str(thread_id), checkpoint_ns), True)
+    def newest_id(
+        self, thread_id: str, checkpoint_ns: str, below: str | None = None
+    ) -> Op[str | None]:
+        params = (str(thread_id), checkpoint_ns, below, below)
+        rows = yield Statement(SELECT_NEWEST_ID_SQL, params, True)
         newest: str | None = rows[0]["newest"]
         return newest
 

@@ -86,6 +86,7 @@ SELECT EXISTS (
 
 SELECT_NEWEST_ID_SQL = """
 SELECT MAX(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?
+    AND (? IS NULL OR checkpoint_id < ?)
 """
 
 DELETE_WRITES_SQL = """
@@ -306,8 +307,11 @@ class SqliteBackend(Backend):
         rows = yield Statement(SELECT_HAS_CHILDREN_SQL, params)
         return bool(rows[0]["found"])
 
-    def newest_id(self, thread_id: str, checkpoint_ns: str) -> Op[str | None]:
-        rows = yield Statement(SELECT_NEWEST_ID_SQL, (str(thread_id), checkpoint_ns))
+    def newest_id(
+        self, thread_id: str, checkpoint_ns: str, below: str | None = None
+    ) -> Op[str | None]:
+        params = (str(thread_id), checkpoint_ns, below, below)
+        rows = yield Statement(SELECT_NEWEST_ID_SQL, params)
         newest: str | None = rows[0]["newest"]
         return newest
 
