@@ -126,6 +126,24 @@ class MaintenanceMixin:
         """Rows and bytes per table for one thread, or for the whole store."""
         return self._require_backend().run(self._require_backend().stats(thread_id))
 
+    def create_retention_indexes(self) -> None:
+        """Postgres: index `checkpoints` by parent, so admission's child check stays flat.
+
+        Run once, like the saver's own `setup()`; it builds the index
+        concurrently, so the saver needs an autocommit connection (as
+        `from_conn_string` gives). SQLite gets the same index on first use;
+        memory needs none.
+        """
+        create = getattr(self._require_backend(), "create_indexes", None)
+        if create is not None:
+            create()
+
+    async def acreate_retention_indexes(self) -> None:
+        """Async `create_retention_indexes`."""
+        create = getattr(self._require_backend(), "acreate_indexes", None)
+        if create is not None:
+            await create()
+
     def compact_storage(self, min_free_ratio: float = 0.25) -> Any:
         """SQLite only: give the file's free pages back once `min_free_ratio` of it is free.
 

@@ -5,6 +5,10 @@
                             [--prune-branches [--min-age-hours H]] [--graft-links]
                             [--max-delete N]
     retaining-saver compact --sqlite PATH [--min-free-ratio R]
+    retaining-saver index   --postgres DSN
+
+`index` creates the parent index that keeps admission cleanup flat on Postgres
+(SQLite creates it on first use).
 
 `enforce` streams over every thread unless `--thread` names some, and prints
 one row per thread. Exit status 2 means bad arguments.
@@ -29,10 +33,11 @@ from retaining_saver.backends._base import StorageStats
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retaining-saver", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("stats", "enforce", "compact"):
+    for name in ("stats", "enforce", "compact", "index"):
         sub = commands.add_parser(name)
         store = sub.add_mutually_exclusive_group(required=True)
-        store.add_argument("--sqlite", metavar="PATH", help="a SqliteSaver database file")
+        if name != "index":
+            store.add_argument("--sqlite", metavar="PATH", help="a SqliteSaver database file")
         if name != "compact":
             store.add_argument("--postgres", metavar="DSN", help="a PostgresSaver database")
         if name == "stats":
@@ -53,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
 @contextmanager
 def _open(args: argparse.Namespace) -> Iterator[RetainingSaver]:
-    if args.sqlite:
+    if getattr(args, "sqlite", None):
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         conn = sqlite3.connect(args.sqlite, check_same_thread=False)
@@ -138,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             title = "retention (dry run)" if args.dry_run else "retention"
             _table(title, header, [_report_row(r) for r in reports])
+        elif args.command == "index":
+            saver.create_retention_indexes()
+            print("parent index ready")
         else:
             done = saver.compact_storage(args.min_free_ratio)
             _table(

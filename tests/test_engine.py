@@ -81,3 +81,27 @@ def test_saver_protected_ids_apply_to_engine() -> None:
     report = saver.enforce_thread_retention("p")
     assert not report.deleted
     assert saver.admit("p").reclaimed == ()
+
+
+def test_parent_index_is_created(sqlite_path: str, pg_dsn: str) -> None:
+    import sqlite3
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False)
+    RetainingSaver(SqliteSaver(conn)).storage_stats("t")
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "retaining_saver_checkpoints_parent_idx" in names
+    conn.close()
+    with PostgresSaver.from_conn_string(pg_dsn) as inner:
+        inner.setup()
+        saver = RetainingSaver(inner)
+        saver.create_retention_indexes()
+        saver.create_retention_indexes()  # idempotent
+    with psycopg.connect(pg_dsn) as check:
+        found = check.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'"
+        ).fetchall()
+    assert ("retaining_saver_checkpoints_parent_idx",) in found

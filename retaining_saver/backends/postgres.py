@@ -75,6 +75,14 @@ FROM checkpoints AS c
 WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = ANY(%s::text[])
 """
 
+# Lets the in-transaction "still childless?" check find children by index
+# instead of scanning the thread. Created by `create_indexes`, not implicitly:
+# building it on a large table is an operator's decision.
+CREATE_PARENT_INDEX_SQL = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_parent_idx
+ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
+"""
+
 SELECT_HAS_CHILDREN_SQL = """
 SELECT EXISTS (
     SELECT 1 FROM checkpoints
@@ -248,6 +256,24 @@ class PostgresBackend(Backend):
                 await saver.pipe.sync()
             async with cur.connection.transaction():
                 return await adrive_statements(op, partial(_aexecute, cur))
+
+    def create_indexes(self) -> None:
+        """Create the parent index, concurrently; needs an autocommit connection."""
+        saver = self.saver
+        if isinstance(saver, AsyncPostgresSaver):
+            on_saver_loop(saver.loop, "create_indexes", self.acreate_indexes)
+            return
+        with saver._cursor() as cur:
+            cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+
+    async def acreate_indexes(self) -> None:
+        """Async `create_indexes`."""
+        saver = self.saver
+        if isinstance(saver, PostgresSaver):
+            await asyncio.to_thread(self.create_indexes)
+            return
+        async with saver._cursor() as cur:
+            await cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
 
     # Primitives
 

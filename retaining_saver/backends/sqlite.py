@@ -49,6 +49,13 @@ from retaining_saver.backends._base import (
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
+# Lets the in-transaction "still childless?" check find children by index
+# instead of reading every row of the thread; created on first use.
+CREATE_PARENT_INDEX_SQL = """
+CREATE INDEX IF NOT EXISTS retaining_saver_checkpoints_parent_idx
+ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
+"""
+
 SELECT_LINEAGE_SQL = """
 SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
 FROM checkpoints
@@ -252,6 +259,8 @@ class SqliteBackend(Backend):
 
     # Drivers
 
+    index_ready = False
+
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
         saver = self.saver
@@ -259,7 +268,7 @@ class SqliteBackend(Backend):
             return on_saver_loop(saver.loop, "run", lambda: self.arun(op))
         with saver.lock:
             saver.setup()
-            return _transaction(saver.conn, op)
+            return _transaction(saver.conn, self._indexed(op))
 
     async def arun(self, op: Op[T]) -> T:
         """`run`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
@@ -268,7 +277,15 @@ class SqliteBackend(Backend):
             return await asyncio.to_thread(self.run, op)
         await saver.setup()
         async with saver.lock:
-            return await _atransaction(saver.conn, op)
+            return await _atransaction(saver.conn, self._indexed(op))
+
+    def _indexed(self, op: Op[T]) -> Op[T]:
+        """`op`, preceded on this backend's first run by the parent index."""
+        if not self.index_ready:
+            yield Statement(CREATE_PARENT_INDEX_SQL)
+        result = yield from op
+        self.index_ready = True
+        return result
 
     # Primitives
 
