@@ -1,0 +1,433 @@
+"""What admission costs a run, as ratios measured side by side.
+
+    python benchmarks/bench_admission.py [--quick] [--reps N] [--backends memory,sqlite,postgres]
+
+Async savers: InMemorySaver, AsyncSqliteSaver (a temp file) and
+AsyncPostgresSaver (a fresh database on RETAINING_SAVER_PG_DSN, default
+postgresql://postgres@127.0.0.1:5432/test, dropped afterwards). Wrapped and
+bare calls alternate inside one loop (their order flips every repetition), so
+machine noise hits both alike; each ratio is of medians. Absolute times are
+printed for context only; they say nothing across machines or runs.
+
+(i)   admission read, nothing to reclaim: `RetainingSaver.aget_tuple` with a
+      fresh `__pregel_runtime` object (root ns, unpinned), vs the bare
+      `inner.aget_tuple` of the same thread. Goal <= 1.05x.
+(ii)  admission read that reclaims a leaf (a fresh leaf is written before each
+      repetition, untimed) vs the bare read. Goal <= 2.0x.
+(iii) cleanup (`aadmit` reclaiming one leaf) on a 10,000-checkpoint thread vs
+      a 10-checkpoint one, raw, and divided by the bare read at each size
+      (bare reads are not flat on every backend). Goal <= 1.2x.
+
+Nothing is asserted: the goals are printed next to the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import _common
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    Checkpoint,
+    empty_checkpoint,
+    get_checkpoint_metadata,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.base.id import uuid6
+
+from retaining_saver import RetainingSaver
+from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver.testing import awrite_duration_leaf
+
+SMALL, BIG = 10, 10_000
+BATCH = 1_000
+WARMUP = 20
+
+
+@dataclass
+class Figure:
+    backend: str
+    what: str
+    ratio: float
+    paired: tuple[float, float, float]  # p25, median, p75 of per-repetition ratios
+    top: float  # median of the numerator, in microseconds (context only)
+    bottom: float  # median of the denominator, in microseconds (context only)
+    goal: float | None
+    reps: int
+    unit: str = "us"
+
+
+# Savers
+
+
+@asynccontextmanager
+async def open_saver(kind: str, directory: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    if kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver()
+    elif kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        path = str(Path(directory) / f"admission-{uuid.uuid4().hex[:8]}.sqlite")
+        async with AsyncSqliteSaver.from_conn_string(path) as saver:
+            await saver.setup()
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        server = _common.pg_server_dsn()
+        dsn = await asyncio.to_thread(_common.create_database, server)
+        try:
+            async with AsyncPostgresSaver.from_conn_string(dsn) as saver:
+                await saver.setup()
+                yield saver
+        finally:
+            await asyncio.to_thread(_common.drop_database, server, dsn)
+
+
+# A long thread, written directly: a realistic chain of chat-shaped checkpoints.
+
+
+def chain(
+    inner: BaseCheckpointSaver[Any], thread_id: str, n: int
+) -> list[tuple[RunnableConfig, Checkpoint, dict[str, Any], dict[str, Any]]]:
+    """`n` checkpoints, each the child of the one before, as `put` arguments."""
+    items = []
+    parent_id: str | None = None
+    said: list[str] = []
+    version: Any = None
+    start = datetime.now(UTC) - timedelta(seconds=n)
+    for i in range(n):
+        version = inner.get_next_version(version, None)
+        said = [*said[-5:], f"message {i}: " + "lorem ipsum dolor sit amet " * 2]
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid6(clock_seq=i))
+        checkpoint["ts"] = (start + timedelta(seconds=i)).isoformat()
+        checkpoint["channel_values"] = {"said": list(said), "turns": i // 4}
+        checkpoint["channel_versions"] = {"said": version, "turns": version}
+        checkpoint["versions_seen"] = {"reply": {"said": version}, "count": {"turns": version}}
+        metadata = {"source": "loop", "step": i, "parents": {}}
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ""}
+            | ({"checkpoint_id": parent_id} if parent_id else {})
+        }
+        items.append((config, checkpoint, metadata, {"said": version, "turns": version}))
+        parent_id = checkpoint["id"]
+    return items
+
+
+async def write_chain(inner: BaseCheckpointSaver[Any], thread_id: str, n: int) -> None:
+    """Store `chain(...)` the way the saver's `aput` would, in batches for SQL backends."""
+    items = chain(inner, thread_id, n)
+    kind = type(inner).__name__
+    for start in range(0, n, BATCH):
+        batch = items[start : start + BATCH]
+        if kind == "AsyncSqliteSaver":
+            await _sqlite_batch(inner, batch)
+        elif kind == "AsyncPostgresSaver":
+            await _postgres_batch(inner, batch)
+        else:
+            for config, checkpoint, metadata, new_versions in batch:
+                await inner.aput(config, checkpoint, metadata, new_versions)  # type: ignore[arg-type]
+    if kind == "AsyncPostgresSaver":
+        async with inner._cursor() as cur:  # type: ignore[attr-defined]
+            # What autovacuum does shortly after a bulk load; keeps plans stable.
+            await cur.execute("ANALYZE checkpoints, checkpoint_blobs, checkpoint_writes")
+
+
+async def _sqlite_batch(inner: Any, batch: Sequence[Any]) -> None:
+    rows = []
+    for config, checkpoint, metadata, _ in batch:
+        type_, blob = inner.serde.dumps_typed(checkpoint)
+        meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False)
+        c = config["configurable"]
+        rows.append(
+            (
+                c["thread_id"],
+                c["checkpoint_ns"],
+                checkpoint["id"],
+                c.get("checkpoint_id"),
+                type_,
+                blob,
+                meta.encode("utf-8", "ignore"),
+            )
+        )
+    async with inner.lock:
+        await inner.conn.executemany(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        await inner.conn.commit()
+
+
+async def _postgres_batch(inner: Any, batch: Sequence[Any]) -> None:
+    from psycopg.types.json import Jsonb
+
+    blobs, checkpoints = [], []
+    for config, checkpoint, metadata, new_versions in batch:
+        c = config["configurable"]
+        copy = dict(checkpoint)
+        values = dict(copy["channel_values"])
+        blob_values = {k: values.pop(k) for k in list(values) if not _primitive(values[k])}
+        copy["channel_values"] = values
+        versions = {k: v for k, v in new_versions.items() if k in blob_values}
+        blobs += inner._dump_blobs(c["thread_id"], c["checkpoint_ns"], blob_values, versions)
+        checkpoints.append(
+            (
+                c["thread_id"],
+                c["checkpoint_ns"],
+                checkpoint["id"],
+                c.get("checkpoint_id"),
+                Jsonb(copy),
+                Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+            )
+        )
+    async with inner._cursor() as cur, cur.connection.transaction():
+        await cur.executemany(inner.UPSERT_CHECKPOINT_BLOBS_SQL, blobs)
+        await cur.executemany(inner.UPSERT_CHECKPOINTS_SQL, checkpoints)
+
+
+def _primitive(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+# Measurement
+
+
+def run_config(thread_id: str) -> RunnableConfig:
+    """A LangGraph run's first read: a new runtime object, root namespace, unpinned."""
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", RUNTIME_KEY: object()}}
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    start = time.perf_counter_ns()
+    result = await call()
+    return (time.perf_counter_ns() - start) / 1_000, result
+
+
+async def side_by_side(
+    reps: int,
+    calls: dict[str, Callable[[], Awaitable[Any]]],
+    before: Callable[[], Awaitable[None]] | None = None,
+    check: Callable[[str, Any], None] | None = None,
+) -> dict[str, list[float]]:
+    """Time each call once per repetition, rotating their order; discard the warmup."""
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()
+    for rep in range(WARMUP + reps):
+        if before is not None:
+            await before()
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            elapsed, result = await timed(calls[name])
+            if check is not None:
+                check(name, result)
+            if rep >= WARMUP:
+                times[name].append(elapsed)
+    return times
+
+
+def figure(
+    backend: str,
+    what: str,
+    top: Sequence[float],
+    bottom: Sequence[float],
+    goal: float | None = None,
+    unit: str = "us",
+) -> Figure:
+    paired = [t / b for t, b in zip(top, bottom, strict=True)]
+    return Figure(
+        backend,
+        what,
+        _common.median(top) / _common.median(bottom),
+        (_common.quantile(paired, 0.25), _common.median(paired), _common.quantile(paired, 0.75)),
+        _common.median(top),
+        _common.median(bottom),
+        goal,
+        len(paired),
+        unit,
+    )
+
+
+async def bench_backend(kind: str, reps: int, directory: str) -> list[Figure]:
+    figures: list[Figure] = []
+    async with open_saver(kind, directory) as inner:
+        saver = RetainingSaver(inner)
+        # As deployed: SQLite builds the parent index on first use, Postgres on request.
+        await saver.acreate_retention_indexes()
+        await _common.abuild_chat(inner, "read", _common.TURNS)
+        await _common.abuild_chat(inner, "reclaim", _common.TURNS)
+        read_head = await inner.aget_tuple(_common.root("read"))
+        assert read_head is not None
+
+        # (i) Nothing to reclaim.
+        def same_head(name: str, result: Any) -> None:
+            if result is None or result.checkpoint["id"] != read_head.checkpoint["id"]:
+                raise RuntimeError(f"{name} read the wrong head")
+
+        before = saver.counters.attempted
+        times = await side_by_side(
+            reps,
+            {
+                "wrapped": lambda: saver.aget_tuple(run_config("read")),
+                "bare": lambda: inner.aget_tuple(run_config("read")),
+                "bare again": lambda: inner.aget_tuple(run_config("read")),
+            },
+            check=same_head,
+        )
+        if saver.counters.attempted - before != WARMUP + reps:
+            raise RuntimeError("the wrapped reads were not admission reads")
+        figures.append(
+            figure(
+                kind,
+                "(i) admission read, nothing to reclaim / bare read",
+                times["wrapped"],
+                times["bare"],
+                1.05,
+            )
+        )
+        figures.append(
+            figure(kind, "    control: bare read / bare read", times["bare again"], times["bare"])
+        )
+
+        # (ii) Reclaiming the leaf written before each repetition.
+        async def fresh_leaf() -> None:
+            await awrite_duration_leaf(inner, "reclaim")
+
+        before = saver.counters.reclaimed
+        times = await side_by_side(
+            reps,
+            {
+                "wrapped": lambda: saver.aget_tuple(run_config("reclaim")),
+                "bare": lambda: inner.aget_tuple(run_config("reclaim")),
+            },
+            before=fresh_leaf,
+        )
+        if saver.counters.reclaimed - before != WARMUP + reps:
+            raise RuntimeError("an admission read did not reclaim its leaf")
+        figures.append(
+            figure(
+                kind,
+                "(ii) admission read reclaiming a leaf / bare read",
+                times["wrapped"],
+                times["bare"],
+                2.0,
+            )
+        )
+
+        # (iii) Cleanup at 10 vs 10,000 checkpoints.
+        await write_chain(inner, "small", SMALL)
+        await write_chain(inner, "big", BIG)
+        for thread_id, n in (("small", SMALL), ("big", BIG)):
+            rows = (await saver.astorage_stats(thread_id)).tables
+            stored = next(iter(rows.values())).rows
+            if stored != n:
+                raise RuntimeError(f"{thread_id} holds {stored} checkpoints, not {n}")
+
+        async def two_leaves() -> None:
+            await awrite_duration_leaf(inner, "small")
+            await awrite_duration_leaf(inner, "big")
+
+        def one_reclaimed(name: str, result: Any) -> None:
+            if name.startswith("admit") and len(result.reclaimed) != 1:
+                raise RuntimeError(f"{name} reclaimed {result.reclaimed}")
+
+        times = await side_by_side(
+            reps,
+            {
+                "admit small": lambda: saver.aadmit("small"),
+                "admit big": lambda: saver.aadmit("big"),
+                "read small": lambda: inner.aget_tuple(_common.root("small")),
+                "read big": lambda: inner.aget_tuple(_common.root("big")),
+            },
+            before=two_leaves,
+            check=one_reclaimed,
+        )
+        big, small = times["admit big"], times["admit small"]
+        read_big, read_small = times["read big"], times["read small"]
+        figures += [
+            figure(kind, "(iii) cleanup 10k / cleanup 10 (raw)", big, small, 1.2),
+            figure(kind, "(iii) bare read 10k / bare read 10", read_big, read_small),
+            figure(kind, "(iii) cleanup / bare read at 10", small, read_small),
+            figure(kind, "(iii) cleanup / bare read at 10k", big, read_big),
+            figure(
+                kind,
+                "(iii) (cleanup/bare @10k) / (cleanup/bare @10)",
+                [a / r for a, r in zip(big, read_big, strict=True)],
+                [a / r for a, r in zip(small, read_small, strict=True)],
+                1.2,
+                unit="x",
+            ),
+        ]
+    return figures
+
+
+def show(figures: Sequence[Figure], reps: int) -> None:
+    rows = []
+    for f in figures:
+        unit = f.unit
+        meets = "" if f.goal is None else ("yes" if f.ratio <= f.goal else "MISSED")
+        rows.append(
+            [
+                f.backend,
+                f.what,
+                f"{f.ratio:.3f}x",
+                f"{f.paired[1]:.3f}x [{f.paired[0]:.2f}-{f.paired[2]:.2f}]",
+                "-" if f.goal is None else f"<= {f.goal}x",
+                meets,
+                f"{f.top:.1f}{unit} / {f.bottom:.1f}{unit}",
+            ]
+        )
+    _common.print_table(
+        f"Admission cost, interleaved side by side, {reps} repetitions each "
+        f"(+{WARMUP} warmup discarded)",
+        [
+            "backend",
+            "measurement",
+            "ratio of medians",
+            "median paired ratio [p25-p75]",
+            "goal",
+            "meets",
+            "medians (context only)",
+        ],
+        rows,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="200 repetitions instead of 1000")
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--backends", default="memory,sqlite,postgres")
+    args = parser.parse_args()
+    reps = args.reps or (200 if args.quick else 1000)
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for kind in [k.strip() for k in args.backends.split(",") if k.strip()]:
+            if kind == "postgres":
+                reason = _common.pg_unreachable(_common.pg_server_dsn())
+                if reason is not None:
+                    print(f"postgres skipped: {reason}")
+                    continue
+            figures += await bench_backend(kind, reps, directory)
+    show(figures, reps)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
