@@ -260,3 +260,31 @@ async def test_async_locks_work_across_event_loops() -> None:
     worker.start()
     worker.join()
     assert errors == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_delta_history_of_a_vanished_target_is_rebuilt(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    from savers import open_sync
+
+    from retaining_saver.testing.graphs import chat_graph, thread, turn
+
+    with open_sync(kind, request) as inner:
+        graph = chat_graph(inner, "delta")
+        for i in range(4):
+            graph.invoke(turn(i), thread("d"))
+        leaf = write_duration_leaf(inner, "d")
+        assert leaf is not None
+        expected = inner.get_delta_channel_history(config=thread("d", leaf), channels=["said"])
+        assert expected["said"]["writes"] or "seed" in expected["said"]
+        saver = RetainingSaver(inner, admission="off")
+        resolved = saver.get_tuple(thread("d"))  # an unpinned read resolves the leaf
+        assert resolved is not None and resolved.checkpoint["id"] == leaf
+        backend = saver.backend
+        assert backend is not None
+        backend.run(backend.delete_checkpoint("d", "", leaf))  # another worker reclaims it
+        got = saver.get_delta_channel_history(config=thread("d", leaf), channels=["said"])
+        assert got == expected
+        bare = inner.get_delta_channel_history(config=thread("d", leaf), channels=["said"])
+        assert not bare["said"]["writes"] and "seed" not in bare["said"]
