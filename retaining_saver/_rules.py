@@ -345,6 +345,11 @@ class _Planner:
     def _superseded_subtrees(self, taken: set[NodeKey]) -> list[list[Deletion]]:
         loose = {k for k in self.lineage.nodes if k not in self.kept and k not in taken}
         roots = [k for k in loose if self._parent_key(k) not in loose]
+        for root in roots:
+            parent_key = self._parent_key(root)
+            if parent_key is not None and parent_key not in self.lineage.nodes:
+                # The missing row may hang below any other loose subtree here.
+                self.broken_namespaces.add(root[0])
         subtrees = [(root, self._post_order(root, loose)) for root in roots]
         subtrees.sort(key=lambda pair: max(self.lineage.nodes[k].ts for k in pair[1]))
         units: list[list[Deletion]] = []
