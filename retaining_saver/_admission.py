@@ -1,10 +1,12 @@
 """Bounded admission cleanup: reclaim the trailing duration leaf before a run reads.
 
-The flow makes at most `1 + MAX_STACKED_LEAVES` checkpoint lookups (one for a
-single leaf, the usual case: the head, which is the admission read itself,
-and its parent), and one guarded deletion transaction. It never lists the
-thread, scans writes, gathers statistics or collects blobs: a reclaimed leaf
-clones its parent, which references every blob the leaf did.
+The admission read itself is the head lookup. A head that is not shaped like
+a duration leaf ends admission there. Otherwise the flow looks up the parent
+(one more lookup per stacked leaf, at most `MAX_STACKED_LEAVES`), and runs one
+guarded deletion transaction whose probe re-reads the leaf, its writes count
+and its parent by primary key. It never lists the thread, scans writes,
+gathers statistics or collects blobs: a reclaimed leaf clones its parent,
+which references every blob the leaf did.
 """
 
 from __future__ import annotations
