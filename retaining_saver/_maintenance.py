@@ -87,10 +87,9 @@ class MaintenanceMixin:
 
         Memory stays bounded by `page_size` ids and one thread's lineage.
         """
-        backend = self._require_backend()
+        self._require_backend()
         for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
             yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
-        del backend
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         _check_page_size(page_size)

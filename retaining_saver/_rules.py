@@ -33,9 +33,8 @@ prove unreachable stays.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from retaining_saver._lineage import (
     BlobKey,
@@ -49,6 +48,7 @@ from retaining_saver._lineage import (
     Reason,
     Skip,
 )
+from retaining_saver._policy import LeafPredicate, RetentionPolicy
 
 __all__ = [
     "MAX_STACKED_LEAVES",
@@ -67,6 +67,7 @@ __all__ = [
     "Skip",
     "deletion_holds",
     "graft_holds",
+    "has_marker",
     "is_clone",
     "is_duration_marker",
     "leaf_deletion",
@@ -77,10 +78,6 @@ __all__ = [
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
-
-
-LeafPredicate = Callable[[CheckpointNode], bool]
-"""Whether a checkpoint carries an app's metadata-only marker (replaces the default)."""
 
 
 def is_duration_marker(node: CheckpointNode) -> bool:
@@ -94,6 +91,12 @@ def is_duration_marker(node: CheckpointNode) -> bool:
     return metadata.get("source") == "update" and any(k in metadata for k in RUN_HISTORY_KEYS)
 
 
+def has_marker(node: CheckpointNode, policy: RetentionPolicy) -> bool:
+    """Whether `node` has the metadata-only marker under `policy`."""
+    rule = policy.is_reclaimable_leaf or is_duration_marker
+    return bool(rule(node))
+
+
 def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
     """Whether `node` holds exactly its parent's state, compared as whole maps."""
     return (
@@ -104,90 +107,6 @@ def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    """What the exhaustive engine may delete. The default is the contract's.
-
-    Args:
-        trailing_duration_leaves: E1, on by default.
-        prune_leaf_sibling_branches: E2, delete whole superseded subtrees.
-        sibling_branch_min_age: With E2, keep a subtree whose newest checkpoint
-            is younger than this, since a client may still hold its ids.
-        graft_duration_links: Remove duration-only chain links by re-parenting
-            their children onto the link's parent.
-        max_delete_per_run: At most this many deletions per thread; 0 plans
-            only; None is unbounded.
-        protect_checkpoint_ids: Ids that are never deleted.
-        is_reclaimable_leaf: Replaces `is_duration_marker`. The clone and
-            no-writes requirements stay.
-
-    Raises:
-        ValueError: If `max_delete_per_run` is negative or
-            `sibling_branch_min_age` is negative.
-        TypeError: If a field has the wrong type.
-    """
-
-    trailing_duration_leaves: bool = True
-    prune_leaf_sibling_branches: bool = False
-    sibling_branch_min_age: timedelta | None = None
-    graft_duration_links: bool = False
-    max_delete_per_run: int | None = None
-    protect_checkpoint_ids: frozenset[str] = frozenset()
-    is_reclaimable_leaf: LeafPredicate | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("trailing_duration_leaves", "prune_leaf_sibling_branches"):
-            _require(isinstance(getattr(self, name), bool), TypeError, f"{name} must be a bool")
-        _require(
-            isinstance(self.graft_duration_links, bool),
-            TypeError,
-            "graft_duration_links must be a bool",
-        )
-        cap = self.max_delete_per_run
-        if cap is not None:
-            _require(
-                isinstance(cap, int) and not isinstance(cap, bool),
-                TypeError,
-                "max_delete_per_run must be an int or None",
-            )
-            _require(cap >= 0, ValueError, f"max_delete_per_run must be >= 0, got {cap}")
-        age = self.sibling_branch_min_age
-        if age is not None:
-            _require(
-                isinstance(age, timedelta),
-                TypeError,
-                "sibling_branch_min_age must be a timedelta or None",
-            )
-            _require(age >= timedelta(0), ValueError, "sibling_branch_min_age must be >= 0")
-        ids = self.protect_checkpoint_ids
-        try:
-            # Materialised first: a generator would be used up by the check.
-            frozen = None if isinstance(ids, str | bytes) else frozenset(ids)
-        except TypeError:
-            frozen = None
-        _require(
-            frozen is not None and all(isinstance(i, str) for i in frozen),
-            TypeError,
-            "protect_checkpoint_ids must be a collection of str ids",
-        )
-        object.__setattr__(self, "protect_checkpoint_ids", frozen)
-        _require(
-            self.is_reclaimable_leaf is None or callable(self.is_reclaimable_leaf),
-            TypeError,
-            "is_reclaimable_leaf must be callable or None",
-        )
-
-    def marker(self, node: CheckpointNode) -> bool:
-        """Whether `node` has the metadata-only marker under this policy."""
-        rule = self.is_reclaimable_leaf or is_duration_marker
-        return bool(rule(node))
-
-
-def _require(ok: bool, error: type[Exception], message: str) -> None:
-    if not ok:
-        raise error(message)
-
-
 def leaf_skip(
     node: CheckpointNode, policy: RetentionPolicy, protected: frozenset[str]
 ) -> Skip | None:
@@ -196,7 +115,7 @@ def leaf_skip(
         return Skip.PROTECTED
     if node.write_count:
         return Skip.OWNS_WRITES
-    if not policy.marker(node):
+    if not has_marker(node, policy):
         return Skip.NOT_MARKED
     return None
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import warnings
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -17,10 +17,11 @@ from retaining_saver import _admission
 from retaining_saver._admission import AdmissionResult
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Invalidate, Lookup, Performer, adrive, drive
+from retaining_saver._effects import Flow, Lookup, Performer, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._maintenance import MaintenanceMixin
+from retaining_saver._purge import CachePurgeMixin
 from retaining_saver._rules import LeafPredicate, RetentionPolicy, Skip
 from retaining_saver.backends import backend_for
 
@@ -56,7 +57,7 @@ def _require(ok: bool, error: type[Exception], message: str) -> None:
         raise error(message)
 
 
-class RetainingSaver(MaintenanceMixin, DelegatingSaver):
+class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
     It behaves exactly like `inner`, except that when a run is admitted on a
@@ -391,62 +392,3 @@ class RetainingSaver(MaintenanceMixin, DelegatingSaver):
                 if len(self._resolved) > 1024:
                     self._resolved.popitem(last=False)
         return found
-
-    # Whole-thread deletions purge the caches before and after.
-
-    def delete_thread(self, thread_id: str) -> Any:
-        return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
-
-    async def adelete_thread(self, thread_id: str) -> Any:
-        return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
-        return self._purging(
-            _thread_list(thread_ids), lambda: self.inner.prune(thread_ids, strategy=strategy)
-        )
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
-        deleting = self.inner.aprune(thread_ids, strategy=strategy)
-        return await self._apurging(_thread_list(thread_ids), deleting)
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Any:
-        return self._purging([None], lambda: self.inner.delete_for_runs(run_ids))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
-        return await self._apurging([None], self.inner.adelete_for_runs(run_ids))
-
-    def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
-        """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
-        for thread_id in thread_ids:
-            drive(_purged(thread_id), self.performer)
-        result = delete()
-        for thread_id in thread_ids:
-            drive(_purged(thread_id), self.performer)
-        return result
-
-    async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
-        try:
-            for thread_id in thread_ids:
-                await adrive(_purged(thread_id), self.performer)
-        except BaseException:
-            _discard(delete)
-            raise
-        result = await delete
-        for thread_id in thread_ids:
-            await adrive(_purged(thread_id), self.performer)
-        return result
-
-
-def _discard(awaitable: Awaitable[Any]) -> None:
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
-
-
-def _purged(thread_id: str | None) -> Flow[None]:
-    yield Invalidate(None if thread_id is None else str(thread_id), "", None)
-
-
-def _thread_list(thread_ids: Sequence[str]) -> list[str]:
-    # A str is refused by the inner saver; iterating it here would purge per letter.
-    return [] if isinstance(thread_ids, str) else [str(t) for t in thread_ids]

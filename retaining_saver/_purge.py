@@ -1,0 +1,78 @@
+"""Whole-thread deletions of `RetainingSaver`: caches are purged before and after."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from retaining_saver._effects import Flow, Invalidate, Performer, adrive, drive
+
+
+class CachePurgeMixin:
+    """`delete_thread`, `prune` and `delete_for_runs`, with the history caches purged.
+
+    A purge that fails before the deletion stops it; the inner saver's result
+    is returned unchanged.
+    """
+
+    inner: BaseCheckpointSaver[Any]
+    performer: Performer
+
+    def delete_thread(self, thread_id: str) -> Any:
+        return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> Any:
+        return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+        return self._purging(
+            _thread_list(thread_ids), lambda: self.inner.prune(thread_ids, strategy=strategy)
+        )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+        deleting = self.inner.aprune(thread_ids, strategy=strategy)
+        return await self._apurging(_thread_list(thread_ids), deleting)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Any:
+        return self._purging([None], lambda: self.inner.delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
+        return await self._apurging([None], self.inner.adelete_for_runs(run_ids))
+
+    def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
+        """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
+        for thread_id in thread_ids:
+            drive(_purged(thread_id), self.performer)
+        result = delete()
+        for thread_id in thread_ids:
+            drive(_purged(thread_id), self.performer)
+        return result
+
+    async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
+        try:
+            for thread_id in thread_ids:
+                await adrive(_purged(thread_id), self.performer)
+        except BaseException:
+            _discard(delete)
+            raise
+        result = await delete
+        for thread_id in thread_ids:
+            await adrive(_purged(thread_id), self.performer)
+        return result
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
+
+
+def _purged(thread_id: str | None) -> Flow[None]:
+    yield Invalidate(None if thread_id is None else str(thread_id), "", None)
+
+
+def _thread_list(thread_ids: Sequence[str]) -> list[str]:
+    # A str is refused by the inner saver; iterating it here would purge per letter.
+    return [] if isinstance(thread_ids, str) else [str(t) for t in thread_ids]
