@@ -8,7 +8,7 @@ import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Self, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
@@ -161,6 +161,14 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self._counts_lock = threading.Lock()
         self._resolved: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
         self._successors: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Self:
+        """The inner saver's allowlist clone, wrapped; locks and counters are shared."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self:
+            clone.backend = backend_for(clone.inner)
+            clone.performer = Performer(clone.inner, clone.backend, self.history_caches)
+        return clone
 
     @property
     def cleanup_enabled(self) -> bool:

@@ -52,3 +52,16 @@ def test_is_reclaimable_leaf_replaces_marker_rule() -> None:
     assert len(always.admit("custom").reclaimed) == 1
     # The clone rule still holds: the run head's parent has different versions.
     assert always.admit("custom").skipped == Skip.NOT_A_CLONE
+
+
+def test_with_allowlist_clone_reads_through_the_new_inner() -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[("os", "PathLike")])
+    saver = RetainingSaver(InMemorySaver(serde=serde))
+    clone = saver.with_allowlist([("my_module", "MyType")])
+    assert clone is not saver
+    assert clone.inner is not saver.inner
+    assert clone.performer.inner is clone.inner
+    assert clone.backend is not None and clone.backend.saver is clone.inner
+    assert clone.serde is clone.inner.serde
