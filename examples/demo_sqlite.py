@@ -1,4 +1,9 @@
-"""Three chat turns on a StateGraph checkpointed by RetainingSaver over SQLite."""
+"""Three chat turns on a StateGraph checkpointed by RetainingSaver over SQLite.
+
+After each turn the app stamps the run's duration the way DeerFlow does (a
+metadata-only copy of the head); the next run's admission reclaims it, so one
+stamp is left at the end instead of three.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 
 from retaining_saver import RetainingSaver
+from retaining_saver.testing import write_duration_leaf
 
 
 class State(TypedDict):
@@ -32,10 +38,14 @@ def main() -> None:
         builder = StateGraph(State).add_node("chat", chat).add_edge(START, "chat")
         graph = builder.compile(checkpointer=checkpointer)
         config: RunnableConfig = {"configurable": {"thread_id": "demo"}}
-        for text in ("hello", "how are you?", "bye"):
+        for turn, text in enumerate(("hello", "how are you?", "bye")):
             graph.invoke({"messages": [text]}, config)
+            write_duration_leaf(checkpointer, "demo", run_id=f"run-{turn}", seconds=0.1)
         print("final state:", graph.get_state(config).values)
         print("checkpoints:", len(list(checkpointer.list(config))))
+        print("duration stamps reclaimed at admission:", checkpointer.counters.reclaimed)
+        report = checkpointer.enforce_thread_retention("demo", dry_run=True)
+        print("the engine would also delete:", sorted(r.value for r in report.deleted.values()))
         conn.close()
 
 
