@@ -193,7 +193,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         # The admission read: only a head shaped like a leaf takes the lock.
         head = self.inner.get_tuple(config)
         if self._nothing_to_reclaim(head, config):
-            return self._resolve(head)
+            return head
         thread_id = str(config["configurable"]["thread_id"])
         with self.locks.hold(thread_id):
             result = self._admit(thread_id, config, self._cleanup(thread_id, config, head))
@@ -204,7 +204,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
         head = await self.inner.aget_tuple(config)
         if self._nothing_to_reclaim(head, config):
-            return self._resolve(head)
+            return head
         thread_id = str(config["configurable"]["thread_id"])
         async with self.locks.ahold(thread_id):
             result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
@@ -215,6 +215,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if skip is None:
             return False
         self._count("attempted", f"skip:{skip.value}")
+        if skip is Skip.PROTECTED:
+            # Another worker, without this run's selectors, may still reclaim it.
+            self._resolve(head)
         return True
 
     def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
@@ -260,7 +263,10 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         configurable = config.get("configurable", {})
         checkpoint_id = configurable.get("checkpoint_id")
         if not checkpoint_id:
-            return self._resolve(found)
+            # Only a leaf-shaped head can vanish under its reader; remember just those.
+            if found is not None and _admission.could_vanish(found, self.policy):
+                self._resolve(found)
+            return found
         if found is None and self.strict_pinned_reads:
             thread_id = str(configurable.get("thread_id"))
             ns = configurable.get("checkpoint_ns", "")
