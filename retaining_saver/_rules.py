@@ -2,7 +2,7 @@
 
 Everything that decides a deletion lives here, as functions of a thread's
 lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
-`RetainingSaver`'s admission cleanup asks `leaf_verdict` and `is_clone` about
+`RetainingSaver`'s admission cleanup asks `leaf_skip` and `is_clone` about
 the two checkpoints it looked up. Nothing else decides.
 
 | Shape                        | Default   | Deleted when                                  |
@@ -148,6 +148,13 @@ class _Planner:
         # Namespaces where a protected chain runs into a missing row: any loose
         # checkpoint there may be an ancestor of that row, so none is superseded.
         self.broken_namespaces: set[str] = set()
+        # Per namespace, the newest id a checkpoint names as parent but the load
+        # did not find. Ids are time-ordered: only older checkpoints can parent it.
+        self.newest_missing: dict[str, str] = {}
+        for node in lineage.nodes.values():
+            if node.parent_id is not None and lineage.parent(node) is None:
+                ns = node.checkpoint_ns
+                self.newest_missing[ns] = max(self.newest_missing.get(ns, ""), node.parent_id)
 
     def plan(self) -> Plan:
         units = self._trailing_stacks()
@@ -232,6 +239,8 @@ class _Planner:
                 self.broken_namespaces.add(node.checkpoint_ns)
 
     def _is_link(self, key: NodeKey) -> bool:
+        if key[1] < self.newest_missing.get(key[0], ""):
+            return False  # it may also parent a missing row: not proven childless elsewhere
         return self.kept.get(key) in (Protection.ANCESTOR, Protection.DURATION_LINK) and (
             self._reclaimable(self.lineage.nodes[key])
         )
@@ -367,7 +376,7 @@ def _freed_blobs(lineage: Lineage, deleted: set[NodeKey]) -> tuple[BlobKey, ...]
 def _parse_ts(ts: str) -> datetime | None:
     try:
         return _aware(datetime.fromisoformat(ts))
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 

@@ -707,6 +707,20 @@ def test_a_subtree_with_a_missing_fork_point_keeps_its_unseen_ancestors() -> Non
     assert older not in deleted(plan)  # it may be `gone`'s parent: the orphan's grandparent
 
 
+def test_a_link_above_a_missing_row_is_not_grafted() -> None:
+    thread = Thread()
+    start = thread.add(None, bump=("__start__",))
+    link = thread.leaf(start)
+    gone = thread.add(link)  # an answer from the link whose row the load no longer finds
+    orphan = thread.add(gone)
+    thread.add(link)  # the current answer, also from the link
+    thread.drop(gone)
+    plan = thread.plan(graft_duration_links=True)
+    assert plan.kept[("", orphan)] == Protection.FORK_POINT_MISSING
+    assert link not in deleted(plan)  # it may be `gone`'s parent: the orphan's grandparent
+    assert plan.grafts == ()
+
+
 # Explicit protection, caps, validation
 
 

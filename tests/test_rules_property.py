@@ -409,6 +409,17 @@ def missing_row_under_an_old_answer() -> Scenario:
     return scenario(w, RetentionPolicy(prune_leaf_sibling_branches=True), [("", gone)])
 
 
+def missing_row_under_a_link() -> Scenario:
+    """A run from a duration link lost a row; the link also parents the current run."""
+    w = Writer()
+    start = w.add("", None, ("__start__",))
+    link = w.leaf(start)
+    gone = w.add("", link)
+    w.add("", gone)
+    w.add("", link)
+    return scenario(w, RetentionPolicy(graft_duration_links=True), [("", gone)])
+
+
 # Properties
 
 
@@ -500,6 +511,7 @@ def test_subtrees_with_a_missing_fork_point_stay(s: Scenario) -> None:
 @given(scenarios())
 @example(missing_row_under_a_subgraph_parent())
 @example(missing_row_under_an_old_answer())
+@example(missing_row_under_a_link())
 def test_a_missing_row_hides_no_ancestor(s: Scenario) -> None:
     # No checkpoint that really is an ancestor of a survivor goes, except grafted links.
     out = carry_out(s.nodes, s.plan())
