@@ -195,36 +195,17 @@ def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
     )
 
 
-def settled_read(
-    config: RunnableConfig, backend: Backend | None, policy: RetentionPolicy
-) -> Flow[CheckpointTuple | None]:
-    """An unpinned read that is retried once if its target vanished while it hydrated.
-
-    Only a duration-leaf-shaped head can be reclaimed under a reader, so only
-    then is its row checked again; any other read costs nothing extra.
-    """
-    found: CheckpointTuple | None = yield Lookup(config)
-    if found is None or backend is None or not could_vanish(found, policy):
-        return found
-    return (yield from recheck(found, config, backend))
-
-
 def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:
     return _rules.leaf_skip(node_of(found), policy, frozenset()) is None
 
 
-def recheck(
-    found: CheckpointTuple, config: RunnableConfig, backend: Backend
-) -> Flow[CheckpointTuple | None]:
-    """`found` if its row still exists, else a fresh unpinned read."""
-    node = node_of(found)
-    thread_id = str(config["configurable"]["thread_id"])
+def still_there(target: CheckpointTuple, backend: Backend) -> Flow[bool]:
+    """Whether `target`'s row still exists: one probe by primary key."""
+    node = node_of(target)
+    thread_id = str(target.config["configurable"]["thread_id"])
     op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
     still: dict[str, CheckpointNode] = yield Transact(op)
-    if node.checkpoint_id in still:
-        return found
-    retried: CheckpointTuple | None = yield Lookup(config)
-    return retried
+    return node.checkpoint_id in still
 
 
 def vanished_history(
@@ -242,11 +223,7 @@ def vanished_history(
     """
     if any(entry.get("writes") or "seed" in entry for entry in answer.values()):
         return answer
-    node = node_of(target)
-    thread_id = str(target.config["configurable"]["thread_id"])
-    op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
-    still: dict[str, CheckpointNode] = yield Transact(op)
-    if node.checkpoint_id in still or target.parent_config is None:
+    if target.parent_config is None or (yield from still_there(target, backend)):
         return answer
     parent: CheckpointTuple | None = yield Lookup(target.parent_config)
     if parent is None:

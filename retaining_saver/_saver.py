@@ -197,7 +197,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         thread_id = str(config["configurable"]["thread_id"])
         with self.locks.hold(thread_id):
             result = self._admit(thread_id, config, self._cleanup(thread_id, config, head))
-        return self._resolve(result.head)
+        return result.head
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._is_admission(config):
@@ -208,7 +208,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         thread_id = str(config["configurable"]["thread_id"])
         async with self.locks.ahold(thread_id):
             result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
-        return self._resolve(result.head)
+        return result.head
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, _admission.run_selectors(config))
@@ -252,22 +252,36 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         return _admission.is_admission_read(config, self._runs)
 
     def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
-        if config.get("configurable", {}).get("checkpoint_id") or not self.retry_unpinned_reads:
-            found: CheckpointTuple | None = yield Lookup(config)
+        found: CheckpointTuple | None = yield Lookup(config)
+        if config.get("configurable", {}).get("checkpoint_id"):
             return found
-        return (yield from _admission.settled_read(config, self.backend, self.policy))
+        return (yield from self._settle(found, config))
+
+    def _settle(
+        self, found: CheckpointTuple | None, config: RunnableConfig
+    ) -> Flow[CheckpointTuple | None]:
+        """An unpinned result, re-read once if it vanished while it hydrated.
+
+        Only a duration-leaf-shaped head can be reclaimed under its reader, so
+        only such a head is checked again, and remembered for the delta-history
+        reads that follow; any other read costs nothing extra.
+        """
+        if not self.retry_unpinned_reads or self.backend is None or found is None:
+            return found
+        if not _admission.could_vanish(found, self.policy):
+            return found
+        if not (yield from _admission.still_there(found, self.backend)):
+            found = yield Lookup(config)
+        if found is not None and _admission.could_vanish(found, self.policy):
+            self._resolve(found)
+        return found
 
     def _pinned_result(
         self, config: RunnableConfig, found: CheckpointTuple | None
     ) -> CheckpointTuple | None:
         configurable = config.get("configurable", {})
         checkpoint_id = configurable.get("checkpoint_id")
-        if not checkpoint_id:
-            # Only a leaf-shaped head can vanish under its reader; remember just those.
-            if found is not None and _admission.could_vanish(found, self.policy):
-                self._resolve(found)
-            return found
-        if found is None and self.strict_pinned_reads:
+        if checkpoint_id and found is None and self.strict_pinned_reads:
             thread_id = str(configurable.get("thread_id"))
             ns = configurable.get("checkpoint_ns", "")
             successor = self._successors.get((thread_id, ns, checkpoint_id))
@@ -295,14 +309,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self, cleanup: Flow[AdmissionResult], config: RunnableConfig
     ) -> Flow[AdmissionResult]:
         result = yield from cleanup
-        head = result.head
-        if (
-            head is not None
-            and self.retry_unpinned_reads
-            and self.backend is not None
-            and _admission.could_vanish(head, self.policy)
-        ):
-            head = yield from _admission.recheck(head, config, self.backend)
+        head = yield from self._settle(result.head, config)
         return AdmissionResult(result.thread_id, result.reclaimed, result.skipped, head)
 
     def _admit(
@@ -379,30 +386,28 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Flow[Mapping[str, DeltaChannelHistory]]:
         answer = yield from cached_history(config, channels, self.history_caches)
-        configurable = config.get("configurable", {})
-        key = (
-            str(configurable.get("thread_id")),
-            configurable.get("checkpoint_ns", ""),
-            str(configurable.get("checkpoint_id")),
-        )
-        target = self._resolved.get(key)
+        target = self._resolved.get(_checkpoint_key(config))
         if target is None or self.backend is None or not self.retry_unpinned_reads:
             return answer
         flow = _admission.vanished_history(answer, target, channels, self.backend)
         return cast(Mapping[str, DeltaChannelHistory], (yield from flow))
 
-    def _resolve(self, found: CheckpointTuple | None) -> CheckpointTuple | None:
+    def _resolve(self, found: CheckpointTuple | None) -> None:
         """Remember what an unpinned read returned, for its delta hydration to follow."""
         if found is not None:
-            configurable = found.config["configurable"]
-            key = (
-                str(configurable["thread_id"]),
-                configurable.get("checkpoint_ns", ""),
-                str(found.checkpoint["id"]),
-            )
+            key = _checkpoint_key(found.config)
             with self._counts_lock:
                 self._resolved[key] = found
                 self._resolved.move_to_end(key)
                 if len(self._resolved) > 1024:
                     self._resolved.popitem(last=False)
-        return found
+
+
+def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of a pinned config."""
+    configurable = config.get("configurable", {})
+    return (
+        str(configurable.get("thread_id")),
+        configurable.get("checkpoint_ns", ""),
+        str(configurable.get("checkpoint_id")),
+    )
