@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from retaining_saver._effects import Performer, adrive, drive
+from retaining_saver._effects import Flow, Performer, adrive, drive
 from retaining_saver._engine import RetentionReport, retention_pass, thread_pages
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
@@ -35,6 +35,18 @@ class MaintenanceMixin:
         protected = chosen.protect_checkpoint_ids | self.policy.protect_checkpoint_ids
         return dataclasses.replace(chosen, protect_checkpoint_ids=protected)
 
+    def _retention_pass(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        now: datetime | None,
+    ) -> Flow[RetentionReport]:
+        backend = self._require_backend()
+        return retention_pass(
+            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
+        )
+
     def enforce_thread_retention(
         self,
         thread_id: str,
@@ -52,10 +64,7 @@ class MaintenanceMixin:
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        backend = self._require_backend()
-        flow = retention_pass(
-            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
-        )
+        flow = self._retention_pass(thread_id, policy, dry_run, now)
         with self.locks.hold(str(thread_id)):
             return drive(flow, self.performer)
 
@@ -68,10 +77,7 @@ class MaintenanceMixin:
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
-        backend = self._require_backend()
-        flow = retention_pass(
-            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
-        )
+        flow = self._retention_pass(thread_id, policy, dry_run, now)
         async with self.locks.ahold(str(thread_id)):
             return await adrive(flow, self.performer)
 

@@ -12,7 +12,7 @@ timestamps, task ids).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -23,6 +23,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt, StateSnapshot, interrupt
+
+from retaining_saver.testing.graphs import extend_all
 
 # Chat graph: `respond` then `summarize`, four checkpoints per turn
 
@@ -104,14 +106,6 @@ def build_interrupt_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Comp
 # DeltaChannel graph: a list channel stored as deltas, snapshotted every 3 updates
 
 DELTA_SNAPSHOT_FREQUENCY = 3
-
-
-def extend_all(state: list[Any], writes: Sequence[list[Any]]) -> list[Any]:
-    """Batching-invariant `DeltaChannel` reducer: concatenate every write onto the state."""
-    out = list(state)
-    for write in writes:
-        out.extend(write)
-    return out
 
 
 class DeltaState(TypedDict, total=False):
