@@ -143,9 +143,13 @@ async def write_chain(inner: BaseCheckpointSaver[Any], thread_id: str, n: int) -
         else:
             for config, checkpoint, metadata, new_versions in batch:
                 await inner.aput(config, checkpoint, metadata, new_versions)  # type: ignore[arg-type]
-    if kind == "AsyncPostgresSaver":
+    await analyze(inner)
+
+
+async def analyze(inner: BaseCheckpointSaver[Any]) -> None:
+    """On Postgres, what autovacuum does shortly after these inserts: plans use statistics."""
+    if type(inner).__name__ == "AsyncPostgresSaver":
         async with inner._cursor() as cur:  # type: ignore[attr-defined]
-            # What autovacuum does shortly after a bulk load; keeps plans stable.
             await cur.execute("ANALYZE checkpoints, checkpoint_blobs, checkpoint_writes")
 
 
@@ -273,6 +277,7 @@ async def bench_backend(kind: str, reps: int, directory: str) -> list[Figure]:
         await saver.acreate_retention_indexes()
         await _common.abuild_chat(inner, "read", _common.TURNS)
         await _common.abuild_chat(inner, "reclaim", _common.TURNS)
+        await analyze(inner)
         read_head = await inner.aget_tuple(_common.root("read"))
         assert read_head is not None
 

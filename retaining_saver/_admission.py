@@ -1,12 +1,15 @@
 """Bounded admission cleanup: reclaim the trailing duration leaf before a run reads.
 
-The admission read itself is the head lookup. A head that is not shaped like
-a duration leaf ends admission there. Otherwise the flow looks up the parent
-(one more lookup per stacked leaf, at most `MAX_STACKED_LEAVES`), and runs one
-guarded deletion transaction whose probe re-reads the leaf, its writes count
-and its parent by primary key. It never lists the thread, scans writes,
-gathers statistics or collects blobs: a reclaimed leaf clones its parent,
-which references every blob the leaf did.
+The admission read itself is the head lookup; an explicit `admit` looks the
+head up without its channel values. A head that is not shaped like a duration
+leaf ends admission there. Otherwise each round (one per stacked leaf, at most
+`MAX_STACKED_LEAVES`) invalidates the history caches for the leaf, then runs
+the backend's `reclaim_leaf`: one read of the leaf, its parent, the leaf's
+writes and its guards by primary key, the rules' verdict, and one guarded
+delete. The run is answered with the parent, built from the rows that round
+read. It never lists the thread, scans writes, gathers statistics or collects
+blobs: a reclaimed leaf clones its parent, which references every blob the
+leaf did.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -23,8 +26,8 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
-from retaining_saver._rules import CheckpointNode, Plan, Reason, RetentionPolicy, Skip
-from retaining_saver.backends._base import Applied, Backend
+from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
+from retaining_saver.backends._base import Backend
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
 # tests/test_admission_detection.py pins it against the installed LangGraph.
@@ -39,14 +42,14 @@ class AdmissionResult:
         thread_id: The admitted thread.
         reclaimed: Ids deleted, newest first; empty if nothing was.
         skipped: Why nothing (or not everything) was reclaimed, else None.
-        head: The checkpoint the run should start from, as an unpinned read
-            would return it now.
+        head_id: The id of the checkpoint the run starts from (the newest
+            once the reclaimed ones are gone); None for an empty thread.
     """
 
     thread_id: str
     reclaimed: tuple[str, ...]
     skipped: Skip | None
-    head: CheckpointTuple | None = field(repr=False, default=None)
+    head_id: str | None = None
 
 
 def node_of(value: CheckpointTuple) -> CheckpointNode:
@@ -89,62 +92,95 @@ def run_selectors(config: RunnableConfig) -> frozenset[str]:
     return frozenset(ids)
 
 
-def bounded_cleanup(
+_STACK_ENDS = frozenset(
+    {Skip.NOT_MARKED, Skip.PROTECTED, Skip.OWNS_WRITES, Skip.MISSING_PARENT, Skip.NOT_A_CLONE}
+)
+
+Admitted = tuple[AdmissionResult, CheckpointTuple | None]
+"""What admission did, and the tuple the admitted run reads (None unless it read one)."""
+
+
+def admit_read(
     thread_id: str,
     read_config: RunnableConfig,
     backend: Backend,
     policy: RetentionPolicy,
     protected: frozenset[str],
     head: CheckpointTuple | None,
-) -> Flow[AdmissionResult]:
-    """Reclaim `head`'s stack of duration leaves; answer the head the run should read.
+) -> Flow[Admitted]:
+    """Reclaim the stack of duration leaves on `head`, what the admission read returned."""
+    node = node_of(head) if head is not None else None
+    flow = _reclaim_stack(thread_id, read_config, backend, policy, protected, node, head, read=True)
+    return (yield from flow)
 
-    `head` is what the admission read of `read_config` returned: the first of
-    the lookups, made by the caller.
-    """
-    if head is None:
-        return AdmissionResult(thread_id, (), Skip.EMPTY_THREAD, None)
-    chain = [(node_of(head), head)]
-    skip: Skip | None = None
-    while len(chain) <= _rules.MAX_STACKED_LEAVES:
-        leaf = chain[-1][0]
-        skip = _rules.leaf_skip(leaf, policy, protected)
-        if skip is None and leaf.parent_id is None:
-            skip = Skip.MISSING_PARENT
+
+def admit_explicit(
+    thread_id: str,
+    config: RunnableConfig,
+    backend: Backend,
+    policy: RetentionPolicy,
+    protected: frozenset[str],
+) -> Flow[Admitted]:
+    """Reclaim the stack of duration leaves on the head, looked up without its values."""
+    node = yield from _head_node(thread_id, config, backend)
+    flow = _reclaim_stack(thread_id, config, backend, policy, protected, node, None, read=False)
+    return (yield from flow)
+
+
+def _head_node(
+    thread_id: str, config: RunnableConfig, backend: Backend
+) -> Flow[CheckpointNode | None]:
+    ns = config.get("configurable", {}).get("checkpoint_ns", "")
+    node: CheckpointNode | None = yield Transact(backend.head_node(thread_id, ns), each=True)
+    return node
+
+
+def _reclaim_stack(
+    thread_id: str,
+    read_config: RunnableConfig,
+    backend: Backend,
+    policy: RetentionPolicy,
+    protected: frozenset[str],
+    node: CheckpointNode | None,
+    head: CheckpointTuple | None,
+    *,
+    read: bool,
+) -> Flow[Admitted]:
+    """Reclaim leaves from `node` down; with `read`, keep `head` the tuple the run reads."""
+    reclaimed: list[str] = []
+    skip: Skip | None = None if node is not None else Skip.EMPTY_THREAD
+    while node is not None and len(reclaimed) < _rules.MAX_STACKED_LEAVES:
+        if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
+            break
+        ids = [node.checkpoint_id]
+        try:
+            yield Invalidate(thread_id, node.checkpoint_ns, ids)
+        except Exception:
+            skip = Skip.CACHE_INVALIDATION_FAILED
+            break
+        op = backend.reclaim_leaf(thread_id, node, policy, protected)
+        facts, skip = yield Transact(op, each=True)
         if skip is not None:
             break
-        parent_tuple = yield Lookup(pinned(read_config, str(leaf.parent_id)))
-        if parent_tuple is None:
-            skip = Skip.MISSING_PARENT
-            break
-        parent = node_of(parent_tuple)
-        if not _rules.is_clone(leaf, parent):
-            skip = Skip.NOT_A_CLONE
-            break
-        chain.append((parent, parent_tuple))
-    leaves = [node for node, _ in chain[:-1]]
-    if not leaves:
-        return AdmissionResult(thread_id, (), skip, head)
-    ids = [leaf.checkpoint_id for leaf in leaves]
-    try:
-        yield Invalidate(thread_id, leaves[0].checkpoint_ns, ids)
-    except Exception:
-        return AdmissionResult(thread_id, (), Skip.CACHE_INVALIDATION_FAILED, head)
-    plan = Plan(
-        deletions=tuple(
-            _rules.leaf_deletion(n, Reason.TRAILING_DURATION_LEAF, head=True) for n in leaves
-        )
-    )
-    applied: Applied = yield Transact(backend.apply_plan(thread_id, plan))
-    reclaimed = tuple(d.checkpoint_id for d in applied.deleted)
-    with contextlib.suppress(Exception):
-        # A reader may have refilled a cache between the invalidation and the delete.
-        yield Invalidate(thread_id, leaves[0].checkpoint_ns, ids)
-    if len(reclaimed) == len(leaves):
-        return AdmissionResult(thread_id, reclaimed, None, chain[-1][1])
-    # Someone else changed the thread meanwhile: read the head as it is now.
-    fresh = yield Lookup(read_config)
-    return AdmissionResult(thread_id, reclaimed, Skip.PRECONDITION_CHANGED, fresh)
+        reclaimed.append(node.checkpoint_id)
+        with contextlib.suppress(Exception):
+            # A reader may have refilled a cache between the invalidation and the delete.
+            yield Invalidate(thread_id, node.checkpoint_ns, ids)
+        node = facts.parent
+        if read and head is not None:
+            head = backend.successor(head, facts) or (yield Lookup(read_config))
+            node = node_of(head) if head is not None else None
+    if reclaimed and skip in _STACK_ENDS:
+        skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
+    if skip is Skip.PRECONDITION_CHANGED:
+        # Someone else changed the thread meanwhile: find the head as it is now.
+        if read:
+            head = yield Lookup(read_config)
+            node = node_of(head) if head is not None else None
+        else:
+            node = yield from _head_node(thread_id, read_config, backend)
+    head_id = node.checkpoint_id if node is not None else None
+    return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
 
 
 class RunTracker:

@@ -42,9 +42,15 @@ class Invalidate:
 
 @dataclass(frozen=True, slots=True)
 class Transact:
-    """Carry out a backend operation in one transaction; answers its result."""
+    """Carry out a backend operation in one transaction; answers its result.
+
+    `each`: every statement of the operation is right as a transaction of its
+    own (a read, or a write that re-checks what it proved), so the backend
+    may run them without an enclosing one.
+    """
 
     op: Op[Any]
+    each: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,8 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
+        if effect.each:
+            return self._backend().run_each(effect.op)
         return self._backend().run(effect.op)
 
     async def aperform(self, effect: Effect) -> Any:
@@ -106,6 +114,8 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
+        if effect.each:
+            return await self._backend().arun_each(effect.op)
         return await self._backend().arun(effect.op)
 
 

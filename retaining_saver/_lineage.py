@@ -85,6 +85,28 @@ class Deletion:
 
 
 @dataclass(frozen=True, slots=True)
+class LeafFacts:
+    """What one admission round reads about a trailing leaf, by primary key.
+
+    Attributes:
+        leaf: The leaf's row as stored now, with its write count; None if gone.
+        parent: The row of the leaf's parent; None if gone (or the leaf is).
+        has_children: Whether any checkpoint names the leaf as its parent.
+        newest_id: The newest checkpoint id of the leaf's namespace.
+        runner_up_id: The newest id below the leaf's.
+        successor: The parent's stored row, in the backend's own shape, from
+            which it answers the read the run makes once the leaf is gone.
+    """
+
+    leaf: CheckpointNode | None
+    parent: CheckpointNode | None
+    has_children: bool
+    newest_id: str | None
+    runner_up_id: str | None
+    successor: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Graft:
     """Re-parent `child_id` past the removed duration links `via` onto `new_parent_id`.
 

@@ -2,8 +2,9 @@
 
 Everything that decides a deletion lives here, as functions of a thread's
 lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
-`RetainingSaver`'s admission cleanup asks `leaf_skip` and `is_clone` about
-the two checkpoints it looked up. Nothing else decides.
+`RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
+then `leaf_verdict` about the leaf and parent rows it read by primary key.
+Nothing else decides.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
@@ -41,6 +42,7 @@ from retaining_saver._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
+    LeafFacts,
     Lineage,
     NodeKey,
     Plan,
@@ -57,6 +59,7 @@ __all__ = [
     "CheckpointNode",
     "Deletion",
     "Graft",
+    "LeafFacts",
     "LeafPredicate",
     "Lineage",
     "NodeKey",
@@ -72,6 +75,7 @@ __all__ = [
     "is_duration_marker",
     "leaf_deletion",
     "leaf_skip",
+    "leaf_verdict",
     "plan_retention",
 ]
 
@@ -130,6 +134,36 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
         clone_of=node.parent_id,
         must_be_head=head,
     )
+
+
+def leaf_verdict(
+    facts: LeafFacts, policy: RetentionPolicy, protected: frozenset[str]
+) -> Deletion | Skip:
+    """The deletion of the trailing leaf `facts` describes, or why there is none.
+
+    A leaf goes when it is still a reclaimable leaf (`leaf_skip`), its parent
+    exists and it clones it, and `deletion_holds`: it is the newest checkpoint
+    of its namespace, its parent is the next newest, and nothing names it as
+    parent.
+    """
+    leaf, parent = facts.leaf, facts.parent
+    if leaf is None:
+        return Skip.PRECONDITION_CHANGED
+    if (skip := leaf_skip(leaf, policy, protected)) is not None:
+        return skip
+    if leaf.parent_id is None or parent is None:
+        return Skip.MISSING_PARENT
+    if not is_clone(leaf, parent):
+        return Skip.NOT_A_CLONE
+    deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
+    holds = deletion_holds(
+        deletion,
+        {leaf.checkpoint_id: leaf, parent.checkpoint_id: parent},
+        has_children=facts.has_children,
+        newest_id=facts.newest_id,
+        runner_up_id=facts.runner_up_id,
+    )
+    return deletion if holds else Skip.PRECONDITION_CHANGED
 
 
 def plan_retention(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:

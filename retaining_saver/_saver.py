@@ -14,7 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
 
 from retaining_saver import _admission
-from retaining_saver._admission import AdmissionResult
+from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Flow, Lookup, Performer, adrive, drive
@@ -196,8 +196,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return head
         thread_id = str(config["configurable"]["thread_id"])
         with self.locks.hold(thread_id):
-            result = self._admit(thread_id, config, self._cleanup(thread_id, config, head))
-        return result.head
+            admitted = drive(self._admission_read(thread_id, config, head), self.performer)
+        return self._record(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._is_admission(config):
@@ -207,8 +207,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return head
         thread_id = str(config["configurable"]["thread_id"])
         async with self.locks.ahold(thread_id):
-            result = await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
-        return result.head
+            admitted = await adrive(self._admission_read(thread_id, config, head), self.performer)
+        return self._record(config, admitted)[1]
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, _admission.run_selectors(config))
@@ -228,15 +228,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         """
         config = self._thread_config(thread_id, checkpoint_ns)
         with self.locks.hold(thread_id):
-            head = self.inner.get_tuple(config)
-            return self._admit(thread_id, config, self._cleanup(thread_id, config, head))
+            admitted = drive(self._explicit(thread_id, config), self.performer)
+        return self._record(config, admitted)[0]
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
         async with self.locks.ahold(thread_id):
-            head = await self.inner.aget_tuple(config)
-            return await self._aadmit(thread_id, config, self._cleanup(thread_id, config, head))
+            admitted = await adrive(self._explicit(thread_id, config), self.performer)
+        return self._record(config, admitted)[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
         _require(
@@ -290,81 +290,66 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
 
     # Admission
 
-    def _cleanup(
+    def _admission_read(
         self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
-    ) -> Flow[AdmissionResult]:
-        if self.backend is None or self.admission == "off":
-            return self._no_cleanup(thread_id, head)
+    ) -> Flow[Admitted]:
+        assert self.backend is not None  # _is_admission said so
         protected = _admission.run_selectors(config)
-        flow = _admission.bounded_cleanup(
-            thread_id, config, self.backend, self.policy, protected, head
-        )
-        return self._settled(flow, config)
+        flow = _admission.admit_read(thread_id, config, self.backend, self.policy, protected, head)
+        result, found = yield from self._failsafe(thread_id, flow, config)
+        return result, (yield from self._settle(found, config))
 
-    def _no_cleanup(self, thread_id: str, head: CheckpointTuple | None) -> Flow[AdmissionResult]:
-        yield from ()
-        return AdmissionResult(thread_id, (), Skip.DISABLED, head)
+    def _explicit(self, thread_id: str, config: RunnableConfig) -> Flow[Admitted]:
+        if self.backend is None or self.admission == "off":
+            return AdmissionResult(thread_id, (), Skip.DISABLED), None
+        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, frozenset())
+        return (yield from self._failsafe(thread_id, flow, None))
 
-    def _settled(
-        self, cleanup: Flow[AdmissionResult], config: RunnableConfig
-    ) -> Flow[AdmissionResult]:
-        result = yield from cleanup
-        head = yield from self._settle(result.head, config)
-        return AdmissionResult(result.thread_id, result.reclaimed, result.skipped, head)
-
-    def _admit(
-        self, thread_id: str, config: RunnableConfig, flow: Flow[AdmissionResult]
-    ) -> AdmissionResult:
+    def _failsafe(
+        self, thread_id: str, flow: Flow[Admitted], read_config: RunnableConfig | None
+    ) -> Flow[Admitted]:
+        """`flow`; if it fails, a logged `FAILED` result and the head read as it is now."""
         try:
-            return self._record(config, drive(flow, self.performer))
+            return (yield from flow)
         except Exception as error:
-            self._failed(thread_id, error)
-        return AdmissionResult(thread_id, (), Skip.FAILED, self.inner.get_tuple(config))
-
-    async def _aadmit(
-        self, thread_id: str, config: RunnableConfig, flow: Flow[AdmissionResult]
-    ) -> AdmissionResult:
-        try:
-            return self._record(config, await adrive(flow, self.performer))
-        except Exception as error:
-            self._failed(thread_id, error)
-        return AdmissionResult(thread_id, (), Skip.FAILED, await self.inner.aget_tuple(config))
-
-    def _failed(self, thread_id: str, error: Exception) -> None:
-        self._count("attempted", "failed")
-        logger.warning(
-            "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
-        )
+            logger.warning(
+                "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
+            )
+        head = (yield Lookup(read_config)) if read_config is not None else None
+        head_id = head.checkpoint["id"] if head is not None else None
+        return AdmissionResult(thread_id, (), Skip.FAILED, head_id), head
 
     def _count(self, *keys: str, by: int = 1) -> None:
         with self._counts_lock:
             for key in keys:
                 self._counts[key] += by
 
-    def _record(self, config: RunnableConfig, result: AdmissionResult) -> AdmissionResult:
+    def _record(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
+        result = admitted[0]
         self._count("attempted")
-        if result.skipped is not None:
+        if result.skipped is Skip.FAILED:
+            self._count("failed")
+        elif result.skipped is not None:
             self._count(f"skip:{result.skipped.value}")
         if not result.reclaimed:
-            return result
+            return admitted
         self._count("reclaimed", by=len(result.reclaimed))
         ns = config.get("configurable", {}).get("checkpoint_ns", "")
-        successor = result.head.checkpoint["id"] if result.head else None
         for checkpoint_id in result.reclaimed:
-            self._remember_successor((result.thread_id, ns, checkpoint_id), successor)
+            self._remember_successor((result.thread_id, ns, checkpoint_id), result.head_id)
             logger.info(
                 "reclaimed checkpoint %s of thread %s (successor %s)",
                 checkpoint_id,
                 result.thread_id,
-                successor,
+                result.head_id,
             )
             if self.on_reclaim is not None:
-                event = ReclaimEvent(result.thread_id, ns, checkpoint_id, successor)
+                event = ReclaimEvent(result.thread_id, ns, checkpoint_id, result.head_id)
                 try:
                     self.on_reclaim(event)
                 except Exception:
                     logger.exception("on_reclaim callback failed for %s", checkpoint_id)
-        return result
+        return admitted
 
     def _remember_successor(self, key: tuple[str, str, str], successor: str | None) -> None:
         with self._counts_lock:

@@ -89,11 +89,10 @@ async def _admit(saver: RetainingSaver, thread_id: str, at: float) -> dict[str, 
         result = await saver.aadmit(thread_id)
     except Exception as error:  # reported, and failed on, by the coordinator
         return {"error": repr(error), "start": started, "end": time.time()}
-    head = result.head
     return {
         "reclaimed": list(result.reclaimed),
         "skipped": None if result.skipped is None else result.skipped.value,
-        "head": None if head is None else head.checkpoint["id"],
+        "head": result.head_id,
         "error": None,
         "start": started,
         "end": time.time(),

@@ -190,7 +190,7 @@ def test_explicit_admission_only_cleans_in_admit(kind: str, request: pytest.Fixt
         newer = write_duration_leaf(saver, "explicit")
         result = saver.admit("explicit")
         assert result.reclaimed == (newer,)
-        assert result.head is not None and result.head.checkpoint["id"] != newer
+        assert result.head_id is not None and result.head_id != newer
         assert leaf != newer
 
 

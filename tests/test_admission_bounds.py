@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from graphs import build_chat_graph, chat_turn, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
+from savers import KINDS, open_sync
 
 from retaining_saver import (
     CheckpointNotFoundError,
@@ -17,6 +18,7 @@ from retaining_saver import (
     Skip,
 )
 from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver.backends import postgres as postgres_backend
 from retaining_saver.backends._base import Backend
 from retaining_saver.testing import write_duration_leaf
 
@@ -72,44 +74,74 @@ def test_installed_langgraph_marks_only_run_reads() -> None:
     assert all(RUNTIME_KEY not in c["configurable"] for _, c in reads.calls)
 
 
-def test_admission_work_is_bounded_and_flat() -> None:
+# What one admission may do, by the backend primitive that does it. A round is
+# the parent's lookup with the leaf's write probe, then the guarded delete:
+# `leaf_facts` and `take_leaf` on one transaction, or one statement on Postgres.
+LOOKUPS = ("get_tuple", "head_node")
+ROUND = ("reclaim_leaf", "leaf_facts", "take_leaf")
+SCANS = ("list", "load_lineage", "stats", "integrity", "thread_ids", "delete_unreferenced_blobs")
+
+
+def _admission_calls(
+    saver: RetainingSaver, inner: Any, admit: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, int]:
+    """Run `admit`, counting the saver's reads, backend primitives and Postgres statements."""
+    reads = Recorder(inner, ["get_tuple", "list"])
+    backend: Backend = saver.backend  # type: ignore[assignment]
+    ops = Recorder(backend, [n for n in LOOKUPS + ROUND + SCANS if hasattr(backend, n)])
+    statements: list[Any] = []
+    original = postgres_backend._execute
+
+    def counted(cur: Any, statement: Any) -> Any:
+        statements.append(statement)
+        return original(cur, statement)
+
+    monkeypatch.setattr(postgres_backend, "_execute", counted)
+    admit()
+    counts = {name: reads.count(name) + ops.count(name) for name in LOOKUPS + ROUND + SCANS}
+    counts["postgres statements"] = len(statements)
+    return counts
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["admission-read", "admit"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_admission_work_is_bounded_and_flat(
+    kind: str, explicit: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per admission: the head and the parent looked up once each, the leaf's writes
+    probed inside the parent lookup, one delete, no scan; the same at 2 and 40 turns."""
     counts = []
-    for turns in (2, 40):
-        inner = InMemorySaver()
+    with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
-        graph = build_chat_graph(saver)
-        for turn in range(turns):
-            graph.invoke(chat_turn(turn), thread_config("t"))
-            write_duration_leaf(saver, "t")
-        reads = Recorder(inner, ["get_tuple", "list"])
-        backend: Backend = saver.backend  # type: ignore[assignment]
-        ops = Recorder(
-            backend,
-            ["run", "load_nodes", "has_children", "newest_id", "delete_checkpoint", "load_lineage"],
-        )
-        result = saver.admit("t")
-        assert len(result.reclaimed) == 1
-        counts.append(
-            {
-                name: reads.count(name) + ops.count(name)
-                for name in (
-                    "get_tuple",
-                    "list",
-                    "run",
-                    "load_nodes",
-                    "has_children",
-                    "newest_id",
-                    "delete_checkpoint",
-                    "load_lineage",
-                )
+        graph = build_chat_graph(inner)
+        for turns, thread_id in ((2, "short"), (40, "long")):
+            for turn in range(turns):
+                graph.invoke(chat_turn(turn), thread_config(thread_id))
+                leaf = write_duration_leaf(inner, thread_id)
+            config = {
+                "configurable": {**thread_config(thread_id)["configurable"], RUNTIME_KEY: object()}
             }
-        )
+
+            def admit(thread_id: str = thread_id, config: Any = config, leaf: Any = leaf) -> None:
+                if explicit:
+                    assert saver.admit(thread_id).reclaimed == (leaf,)
+                else:
+                    saver.get_tuple(config)
+                    assert saver.counters.reclaimed == len(counts) + 1
+
+            counts.append(_admission_calls(saver, inner, admit, monkeypatch))
     assert counts[0] == counts[1]
-    assert counts[0]["get_tuple"] <= 2  # the head (the admission read) and its parent
-    assert counts[0]["run"] == 1  # one guarded transaction
-    assert counts[0]["load_nodes"] == 1  # the in-transaction probe of leaf, writes, parent
-    assert counts[0]["delete_checkpoint"] == 1
-    assert counts[0]["list"] == 0 and counts[0]["load_lineage"] == 0
+    calls = counts[0]
+    if explicit:
+        assert (calls["get_tuple"], calls["head_node"]) == (0, 1)
+    else:
+        assert (calls["get_tuple"], calls["head_node"]) == (1, 0)  # the run's own read
+    assert calls["reclaim_leaf"] == 1
+    assert all(calls[name] == 0 for name in SCANS)
+    if kind == "postgres":  # one statement: parent lookup, leaf write probe, guarded delete
+        assert calls["postgres statements"] == 1 + int(explicit)
+    else:
+        assert calls["leaf_facts"] == 1 and calls["take_leaf"] == 1
 
 
 def test_stacked_leaves_reclaimed_within_bound() -> None:
@@ -167,7 +199,7 @@ def test_cleanup_error_is_logged_and_read_proceeds(caplog: pytest.LogCaptureFixt
     def explode(*args: Any) -> Any:
         raise OSError("disk on fire")
 
-    saver.backend.apply_plan = explode  # type: ignore[method-assign, union-attr]
+    saver.backend.reclaim_leaf = explode  # type: ignore[method-assign, union-attr]
     assert graph.invoke(chat_turn(1), thread_config("e"))["turns"] == 2
     assert inner.get_tuple(_pinned("e", leaf)) is not None
     assert saver.counters.failed == 1
@@ -232,7 +264,8 @@ def test_pinned_read_never_moves() -> None:
     with pytest.raises(CheckpointNotFoundError) as raised:
         strict.get_tuple(_pinned("p", leaf))
     assert raised.value.checkpoint_id == leaf
-    assert raised.value.successor == result.head.checkpoint["id"]  # type: ignore[union-attr]
+    assert result.head_id is not None
+    assert raised.value.successor == result.head_id
 
 
 def test_lock_registry_does_not_grow() -> None:

@@ -10,6 +10,7 @@ nothing half done when an operation fails.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from graphs import build_chat_graph, chat_turn, thread_config
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -28,6 +30,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base.id import uuid6
 from savers import open_async, open_sync
 
+from retaining_saver import RetainingSaver
 from retaining_saver._rules import (
     Graft,
     Plan,
@@ -38,6 +41,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Backend, Op
+from retaining_saver.testing import write_duration_leaf
 
 STORES = (
     "memory",
@@ -473,3 +477,36 @@ async def test_sqlite_sync_compact_goes_through_the_loop(store: Store) -> None:
     assert not result.ran
     with pytest.raises(asyncio.InvalidStateError):
         store.backend.compact(1.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("journal", "level", "relaxed"),
+    [("wal", 2, True), ("wal", 3, True), ("wal", 0, False), ("delete", 2, False)],
+)
+def test_sqlite_reclaim_commits_without_fsync_only_in_wal(
+    journal: str, level: int, relaxed: bool, sqlite_path: str
+) -> None:
+    """`synchronous` drops to NORMAL for our transaction alone, in WAL mode alone."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False)
+    try:
+        inner = SqliteSaver(conn)
+        inner.setup()
+        conn.execute(f"PRAGMA journal_mode={journal}")
+        conn.execute(f"PRAGMA synchronous={level}")
+        build_chat_graph(inner).invoke(chat_turn(0), thread_config("sync"))
+        write_duration_leaf(inner, "sync")
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        assert len(RetainingSaver(inner).admit("sync").reclaimed) == 1
+        conn.set_trace_callback(None)
+        changes = [s for s in seen if s.startswith("PRAGMA synchronous =")]
+        pair = ["PRAGMA synchronous = 1", f"PRAGMA synchronous = {level}"]
+        if relaxed:  # relaxed and restored around each of our transactions
+            assert changes and changes == pair * (len(changes) // 2)
+        else:
+            assert changes == []
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == level
+    finally:
+        conn.close()

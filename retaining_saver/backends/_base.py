@@ -14,10 +14,20 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._rules import BlobKey, CheckpointNode, Deletion, Graft, Lineage, Plan
+from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules import (
+    BlobKey,
+    CheckpointNode,
+    Deletion,
+    Graft,
+    LeafFacts,
+    Lineage,
+    Plan,
+    Skip,
+)
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]
@@ -101,6 +111,20 @@ class Backend(ABC):
     async def arun(self, op: Op[T]) -> T:
         """Carry out `op` in one transaction, asynchronously."""
 
+    def run_each(self, op: Op[T]) -> T:
+        """Carry out `op`, each of whose statements is right as a transaction of its own.
+
+        A read, or a write that re-checks what it proved, needs no enclosing
+        transaction. A backend whose round trips cost more than its
+        transactions (Postgres) runs each statement on its own; the others run
+        `op` in one transaction.
+        """
+        return self.run(op)
+
+    async def arun_each(self, op: Op[T]) -> T:
+        """Async `run_each`."""
+        return await self.arun(op)
+
     # Primitives
 
     @abstractmethod
@@ -116,6 +140,56 @@ class Backend(ABC):
         self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
     ) -> Op[dict[str, CheckpointNode]]:
         """The named checkpoints of one namespace that exist, by id."""
+
+    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
+        """The newest checkpoint of the namespace, without its channel values."""
+        newest = yield from self.newest_id(thread_id, checkpoint_ns)
+        if newest is None:
+            return None
+        found = yield from self.load_nodes(thread_id, checkpoint_ns, [newest])
+        return found.get(newest)
+
+    def leaf_facts(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[LeafFacts]:
+        """The leaf and its parent by primary key, the leaf's guards, and the parent's row."""
+        nodes, successor = yield from self.leaf_rows(thread_id, checkpoint_ns, leaf_id, parent_id)
+        return LeafFacts(
+            leaf=nodes.get(leaf_id),
+            parent=nodes.get(parent_id) if parent_id is not None else None,
+            has_children=(yield from self.has_children(thread_id, checkpoint_ns, leaf_id)),
+            newest_id=(yield from self.newest_id(thread_id, checkpoint_ns)),
+            runner_up_id=(yield from self.newest_id(thread_id, checkpoint_ns, below=leaf_id)),
+            successor=successor,
+        )
+
+    def leaf_rows(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
+        """The leaf and parent nodes found, and the parent's row as `successor` wants it.
+
+        By default `successor` needs no row (None).
+        """
+        ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
+        nodes = yield from self.load_nodes(thread_id, checkpoint_ns, ids)
+        return nodes, None
+
+    def take_leaf(self, thread_id: str, deletion: Deletion, facts: LeafFacts) -> Op[bool]:
+        """Delete the leaf `leaf_verdict` chose from `facts`; False if it was gone.
+
+        Here `facts` were read in this same transaction, under the write lock,
+        so nothing they prove can have changed; a backend that reads them
+        outside its delete must re-check them in the delete itself.
+        """
+        ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
+        return (yield from self.delete_checkpoint(thread_id, ns, checkpoint_id))
+
+    @abstractmethod
+    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+        """What an unpinned read returns once `leaf` is gone: its parent, from `facts`.
+
+        None when the backend cannot build it exactly; the caller reads it then.
+        """
 
     @abstractmethod
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
@@ -179,6 +253,26 @@ class Backend(ABC):
             freed = yield from self.delete_unreferenced_blobs(thread_id, plan.freed_blobs)
             applied.freed_blobs.extend(freed)
         return applied
+
+    def reclaim_leaf(
+        self,
+        thread_id: str,
+        leaf: CheckpointNode,
+        policy: RetentionPolicy,
+        protected: frozenset[str],
+    ) -> Op[tuple[LeafFacts, Skip | None]]:
+        """Delete `leaf` if `leaf_verdict` allows it on the rows as they are now.
+
+        Answers the facts read and None, or the reason nothing was deleted.
+        """
+        facts = yield from self.leaf_facts(
+            thread_id, leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id
+        )
+        verdict = _rules.leaf_verdict(facts, policy, protected)
+        if isinstance(verdict, Skip):
+            return facts, verdict
+        taken = yield from self.take_leaf(thread_id, verdict, facts)
+        return facts, None if taken else Skip.PRECONDITION_CHANGED
 
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
         ns = deletion.checkpoint_ns

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage
 from retaining_saver.backends._base import (
     Backend,
     Integrity,
@@ -79,6 +81,39 @@ class MemoryBackend(Backend):
 
         found: dict[str, CheckpointNode] = yield statement
         return found
+
+    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+        """The tuple the saver's unpinned get_tuple builds for the parent, from its row."""
+        if facts.parent is None:
+            return None
+        configurable = leaf.config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        parent_id = facts.parent.checkpoint_id
+        saved = self._namespaces(thread_id).get(ns, {}).get(parent_id)
+        if saved is None:
+            return None
+        checkpoint_typed, metadata_typed, grandparent_id = saved
+        serde, saver = self.saver.serde, self.saver
+        checkpoint: Checkpoint = serde.loads_typed(checkpoint_typed)
+        values = saver._load_blobs(thread_id, ns, checkpoint["channel_versions"])
+        writes = saver._ordered_writes(thread_id, ns, parent_id)
+
+        def config(checkpoint_id: str) -> RunnableConfig:
+            return {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+
+        return CheckpointTuple(
+            config=config(parent_id),
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=serde.loads_typed(metadata_typed),
+            pending_writes=[(i, c, serde.loads_typed(v)) for i, c, v, _ in writes],
+            parent_config=config(grandparent_id) if grandparent_id else None,
+        )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         rows = self._namespaces(thread_id).get(checkpoint_ns, {})

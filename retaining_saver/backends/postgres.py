@@ -11,26 +11,46 @@ without deserialising anything.
 
 Each operation runs in one `connection.transaction()` on a cursor from the
 saver's own `_cursor()` (so under its lock, and on a pooled connection when it
-has a pool), the way the saver's `prune` runs; statements are unprepared.
+has a pool), the way the saver's `prune` runs. Statements are prepared as the
+connection's `prepare_threshold` says, as the saver's own are.
 The default READ COMMITTED isolation applies: a precondition is re-checked
 inside the transaction, but a checkpoint another connection commits after
 that check is not seen by it.
+
+Admission takes a leaf in one statement, with no explicit transaction: a
+round trip here costs more than a whole bare read's query. The statement
+re-checks every precondition the rules' `Deletion` names and returns the facts
+it judged. Concurrent deletes of one row serialize on its row lock, and the
+loser deletes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
+from retaining_saver import _rules
+from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules import (
+    BlobKey,
+    CheckpointNode,
+    Graft,
+    LeafFacts,
+    Lineage,
+    Reason,
+    Skip,
+)
 from retaining_saver.backends._base import (
     Backend,
     Integrity,
@@ -63,16 +83,107 @@ WHERE thread_id = %s
 GROUP BY checkpoint_ns, checkpoint_id
 """
 
-SELECT_NODES_SQL = f"""
-SELECT {_NODE_COLUMNS},
+_WRITE_COUNT_COLUMN = """
     (
         SELECT count(*) FROM checkpoint_writes AS w
         WHERE w.thread_id = c.thread_id
             AND w.checkpoint_ns = c.checkpoint_ns
             AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count
+    ) AS write_count"""
+
+SELECT_NODES_SQL = f"""
+SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
 FROM checkpoints AS c
 WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = ANY(%s::text[])
+"""
+
+SELECT_HEAD_NODE_SQL = f"""
+SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
+FROM checkpoints AS c
+WHERE c.thread_id = %s AND c.checkpoint_ns = %s
+ORDER BY c.checkpoint_id DESC LIMIT 1
+"""
+
+# Takes one trailing leaf in one statement, so in one transaction. `found`
+# and `guards` read, once, the facts `leaf_verdict` judges: the leaf and parent
+# rows, the leaf's write count, whether it has a child, the newest id and the
+# one below the leaf. `taken` deletes the leaf only if every precondition of
+# its `Deletion` holds in those facts: the leaf row is unchanged (parent, ts,
+# versions), owns no writes, has no child, is the newest with its parent
+# next, and the parent holds the same versions. The SELECT returns the same
+# facts, from the same snapshot, and the parent's writes in the saver's own
+# array shape.
+#
+# `synchronous_commit` is off for this statement alone: losing the delete in
+# a crash leaves the leaf, a valid state, and since the WAL is one sequence,
+# the next durable commit (the run's own next checkpoint) makes it durable.
+# Every subquery names its row by bound id: one index lookup each, whatever
+# the thread's length.
+RECLAIM_LEAF_SQL = """
+WITH found AS (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+        c.checkpoint, c.metadata
+    FROM checkpoints AS c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+        AND c.checkpoint_id IN (%(leaf_id)s, %(parent_id)s)
+), guards AS (
+    SELECT
+        (
+            SELECT count(*) FROM checkpoint_writes AS w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+                AND w.checkpoint_id = %(leaf_id)s
+        ) AS leaf_write_count,
+        EXISTS (
+            SELECT 1 FROM checkpoints AS k
+            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
+                AND k.parent_checkpoint_id = %(leaf_id)s
+        ) AS leaf_has_children,
+        (
+            SELECT n.checkpoint_id FROM checkpoints AS n
+            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
+            ORDER BY n.checkpoint_id DESC LIMIT 1
+        ) AS newest_id,
+        (
+            SELECT n.checkpoint_id FROM checkpoints AS n
+            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
+                AND n.checkpoint_id < %(leaf_id)s
+            ORDER BY n.checkpoint_id DESC LIMIT 1
+        ) AS runner_up_id
+), taken AS (
+    DELETE FROM checkpoints AS c
+    USING guards AS g, found AS p
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+        AND c.checkpoint_id = %(leaf_id)s
+        AND c.parent_checkpoint_id = %(parent_id)s
+        AND c.checkpoint ->> 'ts' = %(ts)s
+        AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
+        AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND g.leaf_write_count = 0
+        AND NOT g.leaf_has_children
+        AND g.newest_id = %(leaf_id)s
+        AND g.runner_up_id = %(parent_id)s
+        AND p.checkpoint_id = %(parent_id)s
+        AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
+        AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
+    RETURNING c.checkpoint_id
+)
+SELECT f.thread_id, f.checkpoint_ns, f.checkpoint_id, f.parent_checkpoint_id, f.metadata,
+    CASE WHEN f.checkpoint_id = %(parent_id)s THEN f.checkpoint
+        ELSE f.checkpoint - 'channel_values' END AS checkpoint,
+    g.leaf_write_count, g.leaf_has_children, g.newest_id, g.runner_up_id,
+    (SELECT count(*) FROM taken) AS taken,
+    (
+        SELECT array_agg(array[
+            w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
+            convert_to(w.task_path, 'UTF8'), w.idx::text::bytea
+        ])
+        FROM checkpoint_writes AS w
+        WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+            AND w.checkpoint_id = %(parent_id)s
+    ) AS parent_pending_writes,
+    set_config('synchronous_commit', 'off', true) AS commit_mode
+FROM guards AS g
+JOIN found AS f ON true
 """
 
 # Lets the in-transaction "still childless?" check find children by index
@@ -188,21 +299,28 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """One SQL statement, its `%s` parameters, and whether its rows are read back."""
+    """One SQL statement, its parameters, whether its rows are read back, and
+    whether they come in binary (as the saver reads `bytea` arrays)."""
 
     sql: str
-    params: tuple[Any, ...] = ()
+    params: tuple[Any, ...] | Mapping[str, Any] = ()
     fetch: bool = False
+    binary: bool = False
 
 
 def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
-    cur.execute(statement.sql, statement.params, prepare=False)
+    cur.execute(statement.sql, statement.params, binary=statement.binary)
     return [dict(row) for row in cur.fetchall()] if statement.fetch else []
 
 
 async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
-    await cur.execute(statement.sql, statement.params, prepare=False)
+    await cur.execute(statement.sql, statement.params, binary=statement.binary)
     return [dict(row) for row in await cur.fetchall()] if statement.fetch else []
+
+
+def _stored_inline(value: Any) -> bool:
+    """Whether the saver keeps `value` in the checkpoint JSONB rather than in a blob row."""
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _node(row: Row, write_count: int) -> CheckpointNode:
@@ -215,6 +333,37 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
         write_count=write_count,
         metadata=row["metadata"] or {},
         ts=row["ts"] or "",
+    )
+
+
+def _checkpoint_node(row: Row, write_count: int) -> CheckpointNode:
+    checkpoint = row["checkpoint"]
+    return CheckpointNode(
+        checkpoint_ns=row["checkpoint_ns"],
+        checkpoint_id=row["checkpoint_id"],
+        parent_id=row["parent_checkpoint_id"],
+        channel_versions=checkpoint.get("channel_versions") or {},
+        versions_seen=checkpoint.get("versions_seen") or {},
+        write_count=write_count,
+        metadata=row["metadata"] or {},
+        ts=checkpoint.get("ts") or "",
+    )
+
+
+def _leaf_facts(rows: list[Row], leaf_id: str, parent_id: str | None) -> LeafFacts:
+    """The facts `RECLAIM_LEAF_SQL` read; the parent's row is the successor's."""
+    by_id = {r["checkpoint_id"]: r for r in rows}
+    leaf, parent = by_id.get(leaf_id), by_id.get(parent_id) if parent_id else None
+    guards = rows[0] if rows else {}
+    if parent is not None:
+        parent = {**parent, "pending_writes": parent["parent_pending_writes"]}
+    return LeafFacts(
+        leaf=_checkpoint_node(leaf, leaf["leaf_write_count"]) if leaf else None,
+        parent=_checkpoint_node(parent, len(parent["pending_writes"] or ())) if parent else None,
+        has_children=bool(guards.get("leaf_has_children")),
+        newest_id=guards.get("newest_id"),
+        runner_up_id=guards.get("runner_up_id"),
+        successor=parent,
     )
 
 
@@ -236,24 +385,42 @@ class PostgresBackend(Backend):
 
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one transaction on the saver's connection."""
+        return self._run(op, each=False)
+
+    async def arun(self, op: Op[T]) -> T:
+        """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
+        return await self._arun(op, each=False)
+
+    def run_each(self, op: Op[T]) -> T:
+        """Carry out `op` one statement per transaction, on an autocommit connection."""
+        return self._run(op, each=True)
+
+    async def arun_each(self, op: Op[T]) -> T:
+        """Async `run_each`."""
+        return await self._arun(op, each=True)
+
+    def _run(self, op: Op[T], *, each: bool) -> T:
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
-            return on_saver_loop(saver.loop, "run", lambda: self.arun(op))
+            return on_saver_loop(saver.loop, "run", lambda: self._arun(op, each=each))
         with saver._cursor() as cur:
             if saver.pipe:
                 # The transaction must not take in what the pipeline queued before it.
                 saver.pipe.sync()
+            if each and cur.connection.autocommit:
+                return drive_statements(op, partial(_execute, cur))
             with cur.connection.transaction():
                 return drive_statements(op, partial(_execute, cur))
 
-    async def arun(self, op: Op[T]) -> T:
-        """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
+    async def _arun(self, op: Op[T], *, each: bool) -> T:
         saver = self.saver
         if isinstance(saver, PostgresSaver):
-            return await asyncio.to_thread(self.run, op)
+            return await asyncio.to_thread(self._run, op, each=each)
         async with saver._cursor() as cur:
             if saver.pipe:
                 await saver.pipe.sync()
+            if each and cur.connection.autocommit:
+                return await adrive_statements(op, partial(_aexecute, cur))
             async with cur.connection.transaction():
                 return await adrive_statements(op, partial(_aexecute, cur))
 
@@ -292,6 +459,75 @@ class PostgresBackend(Backend):
         params = (str(thread_id), checkpoint_ns, list(ids))
         rows = yield Statement(SELECT_NODES_SQL, params, True)
         return {r["checkpoint_id"]: _node(r, r["write_count"]) for r in rows}
+
+    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
+        rows = yield Statement(SELECT_HEAD_NODE_SQL, (str(thread_id), checkpoint_ns), True)
+        return _node(rows[0], rows[0]["write_count"]) if rows else None
+
+    def reclaim_leaf(
+        self,
+        thread_id: str,
+        leaf: CheckpointNode,
+        policy: RetentionPolicy,
+        protected: frozenset[str],
+    ) -> Op[tuple[LeafFacts, Skip | None]]:
+        """Carry out the rules' deletion of `leaf` in one guarded statement.
+
+        The statement re-checks every precondition of the `Deletion` and
+        answers the facts it judged, so `leaf_verdict` names the reason when
+        it took nothing.
+        """
+        deletion = _rules.leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
+        params = {
+            "thread_id": str(thread_id),
+            "checkpoint_ns": deletion.checkpoint_ns,
+            "leaf_id": deletion.checkpoint_id,
+            "parent_id": deletion.clone_of,
+            "ts": leaf.ts,
+            "channel_versions": Jsonb(dict(leaf.channel_versions)),
+            "versions_seen": Jsonb(dict(leaf.versions_seen)),
+        }
+        rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
+        facts = _leaf_facts(rows, deletion.checkpoint_id, deletion.clone_of)
+        if rows and rows[0]["taken"]:
+            return facts, None
+        verdict = _rules.leaf_verdict(facts, policy, protected)
+        return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
+
+    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+        """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.
+
+        The parent holds exactly the leaf's channel versions, so its blob-backed
+        values are the leaf's; its own JSONB holds the inline ones. A parent in
+        the pre-v4 format needs the saver's pending-sends migration: None.
+        """
+        row = facts.successor
+        if row is None or row["checkpoint"].get("v", 0) < 4:
+            return None
+        shared = {
+            k: v for k, v in leaf.checkpoint["channel_values"].items() if not _stored_inline(v)
+        }
+        ns = row["checkpoint_ns"]
+
+        def config(checkpoint_id: str) -> RunnableConfig:
+            return {
+                "configurable": {
+                    "thread_id": row["thread_id"],
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+
+        stored: dict[str, Any] = row["checkpoint"]
+        values = {**(stored.get("channel_values") or {}), **shared}
+        parent_id = row["parent_checkpoint_id"]
+        return CheckpointTuple(
+            config(row["checkpoint_id"]),
+            cast(Checkpoint, {**stored, "channel_values": values}),
+            row["metadata"],
+            config(parent_id) if parent_id else None,
+            self.saver._load_writes(row["pending_writes"]),
+        )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         params = (str(thread_id), checkpoint_ns, checkpoint_id)

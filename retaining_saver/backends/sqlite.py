@@ -13,7 +13,10 @@ so a lineage load costs one decode per checkpoint.
 
 Each operation runs in one `BEGIN IMMEDIATE` transaction under the saver's
 lock: the write lock is taken before the first read, so a precondition checked
-inside it cannot change before the commit, even from another connection.
+inside it cannot change before the commit, even from another connection. On
+an `AsyncSqliteSaver` the whole transaction runs as one call on aiosqlite's
+connection thread: a hop to that thread costs more than the statements do.
+In WAL mode it commits without an fsync (see `_commit_without_fsync`).
 
 `SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
 space deleted rows leave on SQLite's freelist; see `Compaction`.
@@ -25,16 +28,20 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, Lineage
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage
 from retaining_saver.backends._base import (
     Backend,
     Integrity,
@@ -42,12 +49,20 @@ from retaining_saver.backends._base import (
     StorageStats,
     T,
     TableStats,
-    adrive_statements,
     drive_statements,
     on_saver_loop,
 )
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
+
+SELECT_COMMIT_MODE_SQL = """
+SELECT s.synchronous, j.journal_mode FROM pragma_synchronous() AS s, pragma_journal_mode() AS j
+"""
+
+# PRAGMA takes no bound parameters; the value is one of two fixed literals below.
+SET_SYNCHRONOUS_SQL = "PRAGMA synchronous = {level}"
+
+SYNCHRONOUS_NORMAL = 1
 
 # Lets the in-transaction "still childless?" check find children by index
 # instead of reading every row of the thread; created on first use.
@@ -209,36 +224,73 @@ def _execute(conn: sqlite3.Connection, statement: Statement) -> list[Row]:
         cur.close()
 
 
-async def _aexecute(conn: aiosqlite.Connection, statement: Statement) -> list[Row]:
-    cur = await conn.cursor()
-    try:
-        cur.row_factory = None
-        await cur.execute(statement.sql, statement.params)
-        return _rows(cur.description, await cur.fetchall())
-    finally:
-        await cur.close()
-
-
 def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
-    _execute(conn, Statement(BEGIN_SQL))
-    try:
-        result = drive_statements(op, partial(_execute, conn))
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
+    with _commit_without_fsync(conn):
+        _execute(conn, Statement(BEGIN_SQL))
+        try:
+            result = drive_statements(op, partial(_execute, conn))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
     return result
+
+
+@contextmanager
+def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
+    """Commit our transaction at `synchronous = NORMAL` when the WAL is in use.
+
+    Every transaction here takes the thread from one valid state to another,
+    so losing the newest one in a power cut leaves a valid state. The WAL is
+    one append-only log: the next commit that syncs it, on any connection,
+    makes ours durable too. In WAL mode NORMAL cannot corrupt the database;
+    in rollback-journal mode it can, so the setting is left alone there.
+    """
+    mode = _execute(conn, Statement(SELECT_COMMIT_MODE_SQL))[0]
+    level = int(mode["synchronous"])
+    relax = str(mode["journal_mode"]).lower() == "wal" and level > SYNCHRONOUS_NORMAL
+    if relax:
+        _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=SYNCHRONOUS_NORMAL)))
+    try:
+        yield
+    finally:
+        if relax:
+            _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=level)))
 
 
 async def _atransaction(conn: aiosqlite.Connection, op: Op[T]) -> T:
-    await _aexecute(conn, Statement(BEGIN_SQL))
-    try:
-        result = await adrive_statements(op, partial(_aexecute, conn))
-        await conn.commit()
-    except BaseException:
-        await conn.rollback()
-        raise
+    """`_transaction` on aiosqlite's connection thread, in one hop.
+
+    aiosqlite 0.22 queues `_execute(fn, ...)` to that thread and answers its
+    result; `_conn` is the `sqlite3.Connection` that lives there.
+    """
+    return await _on_connection_thread(conn, _transaction, conn._conn, op)
+
+
+async def _on_connection_thread(
+    conn: aiosqlite.Connection, call: Callable[..., T], *args: Any
+) -> T:
+    """`call(*args)` on the thread that owns `conn`'s sqlite3 connection, in one hop."""
+    result: T = await conn._execute(call, *args)  # type: ignore[no-untyped-call]
     return result
+
+
+def _metadata(row: Row) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
+    return loaded
+
+
+def _node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNode:
+    return CheckpointNode(
+        checkpoint_ns=row["checkpoint_ns"],
+        checkpoint_id=row["checkpoint_id"],
+        parent_id=row["parent_checkpoint_id"],
+        channel_versions=checkpoint.get("channel_versions", {}),
+        versions_seen=checkpoint.get("versions_seen", {}),
+        write_count=write_count,
+        metadata=_metadata(row),
+        ts=checkpoint.get("ts", ""),
+    )
 
 
 def _file_bytes(page_row: Row) -> int:
@@ -290,18 +342,11 @@ class SqliteBackend(Backend):
     # Primitives
 
     def _node(self, row: Row, write_count: int) -> CheckpointNode:
-        checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
-        metadata = json.loads(row["metadata"]) if row["metadata"] is not None else {}
-        return CheckpointNode(
-            checkpoint_ns=row["checkpoint_ns"],
-            checkpoint_id=row["checkpoint_id"],
-            parent_id=row["parent_checkpoint_id"],
-            channel_versions=checkpoint.get("channel_versions", {}),
-            versions_seen=checkpoint.get("versions_seen", {}),
-            write_count=write_count,
-            metadata=metadata,
-            ts=checkpoint.get("ts", ""),
-        )
+        return _node_of(row, self._checkpoint(row), write_count)
+
+    def _checkpoint(self, row: Row) -> Checkpoint:
+        checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
+        return checkpoint
 
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
         rows = yield Statement(SELECT_LINEAGE_SQL, (str(thread_id),))
@@ -318,6 +363,45 @@ class SqliteBackend(Backend):
         params = (str(thread_id), checkpoint_ns, json.dumps(list(ids)))
         rows = yield Statement(SELECT_NODES_SQL, params)
         return {r["checkpoint_id"]: self._node(r, r["write_count"]) for r in rows}
+
+    def leaf_rows(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
+        """Each row decoded once: the parent's, with its writes, is the successor's."""
+        ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
+        rows = yield Statement(SELECT_NODES_SQL, (str(thread_id), checkpoint_ns, json.dumps(ids)))
+        decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
+        nodes = {i: _node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
+        if parent_id not in decoded:
+            return nodes, None
+        key = (str(thread_id), checkpoint_ns, parent_id)
+        writes = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        return nodes, (*decoded[parent_id], [tuple(w.values()) for w in writes])
+
+    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+        """The tuple the saver's unpinned get_tuple builds from the parent's row."""
+        if facts.successor is None:
+            return None
+        row, checkpoint, writes = facts.successor
+        configurable = leaf.config["configurable"]
+
+        def config(checkpoint_id: str) -> RunnableConfig:
+            return {
+                "configurable": {
+                    "thread_id": str(configurable["thread_id"]),
+                    "checkpoint_ns": row["checkpoint_ns"],
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+
+        parent_id = row["parent_checkpoint_id"]
+        return CheckpointTuple(
+            config(row["checkpoint_id"]),
+            checkpoint,
+            cast(CheckpointMetadata, _metadata(row)),
+            config(parent_id) if parent_id else None,
+            load_pending_writes(writes, self.saver.serde),
+        )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         params = (str(thread_id), checkpoint_ns, checkpoint_id)
@@ -403,8 +487,9 @@ class SqliteBackend(Backend):
             return await asyncio.to_thread(self.compact, min_free_ratio)
         await saver.setup()
         async with saver.lock:
-            return await adrive_statements(
-                _compaction(min_free_ratio), partial(_aexecute, saver.conn)
+            conn = saver.conn
+            return await _on_connection_thread(
+                conn, drive_statements, _compaction(min_free_ratio), partial(_execute, conn._conn)
             )
 
 

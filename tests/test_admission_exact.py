@@ -1,0 +1,111 @@
+"""A reclaiming admission read answers exactly what the bare saver answers.
+
+Admission reclaims the leaf and hands the run its parent, built from the rows
+the reclaiming transaction read (on Postgres, with the blob values of the
+leaf, which shares its versions). Whatever the backend builds must equal the
+wrapped saver's own unpinned read once the leaf is gone: the same config,
+checkpoint, metadata, parent config and pending writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from graphs import (
+    build_chat_graph,
+    build_delta_graph,
+    build_interrupt_graph,
+    chat_turn,
+    delta_turn,
+    thread_config,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from savers import KINDS, open_async, open_sync
+
+from retaining_saver import RetainingSaver
+from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver.testing.leaves import _leaf_of
+
+THREAD = "exact"
+
+
+SHAPES: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
+    "chat": (build_chat_graph, [chat_turn(i) for i in range(3)]),
+    # The interrupted head owns its `__interrupt__` write: a parent with pending writes.
+    "interrupt": (build_interrupt_graph, [{"topic": "retention"}]),
+    "delta": (build_delta_graph, [delta_turn(i) for i in range(4)]),
+}
+
+
+def _root() -> RunnableConfig:
+    return {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
+
+
+def _admission_read() -> RunnableConfig:
+    return {"configurable": {"thread_id": THREAD, "checkpoint_ns": "", RUNTIME_KEY: object()}}
+
+
+def _stamp(head: CheckpointTuple | None) -> tuple[Any, Any]:
+    """A duration leaf on `head`, written even over an interrupt (some apps do)."""
+    assert head is not None
+    return _leaf_of(head, "run", 1.0)
+
+
+def _stamp_leaf(inner: BaseCheckpointSaver[Any]) -> CheckpointTuple:
+    head = inner.get_tuple(_root())
+    checkpoint, metadata = _stamp(head)
+    assert head is not None
+    inner.put(head.config, checkpoint, metadata, {})
+    return head
+
+
+def _check(answer: CheckpointTuple | None, after: CheckpointTuple | None, parent: Any) -> None:
+    assert answer is not None and after is not None
+    assert answer.checkpoint["id"] == parent.checkpoint["id"]
+    assert answer.config == after.config
+    assert answer.checkpoint == after.checkpoint
+    assert answer.metadata == after.metadata
+    assert answer.parent_config == after.parent_config
+    assert answer.pending_writes == after.pending_writes
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_reclaiming_read_answers_the_bare_read(
+    kind: str, shape: str, request: pytest.FixtureRequest
+) -> None:
+    build, inputs = SHAPES[shape]
+    with open_sync(kind, request) as inner:
+        graph = build(inner)
+        for value in inputs:
+            graph.invoke(value, thread_config(THREAD))
+        parent = _stamp_leaf(inner)
+        if shape == "interrupt":
+            assert parent.pending_writes, "the parent must own writes for this case"
+        saver = RetainingSaver(inner)
+        answer = saver.get_tuple(_admission_read())
+        assert saver.counters.reclaimed == 1
+        _check(answer, inner.get_tuple(_root()), parent)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reclaiming_read_answers_the_bare_read_async(
+    kind: str, shape: str, request: pytest.FixtureRequest
+) -> None:
+    build, inputs = SHAPES[shape]
+    async with open_async(kind, request) as inner:
+        graph = build(inner)
+        for value in inputs:
+            await graph.ainvoke(value, thread_config(THREAD))
+        parent = await inner.aget_tuple(_root())
+        checkpoint, metadata = _stamp(parent)
+        assert parent is not None
+        await inner.aput(parent.config, checkpoint, metadata, {})
+        saver = RetainingSaver(inner)
+        answer = await saver.aget_tuple(_admission_read())
+        assert saver.counters.reclaimed == 1
+        _check(answer, await inner.aget_tuple(_root()), parent)

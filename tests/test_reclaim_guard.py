@@ -1,0 +1,136 @@
+"""The take is guarded by what it proved: changes made after the proof stop it.
+
+Admission proves a leaf reclaimable from the head it read, then takes it in
+one transaction: on memory and SQLite the rules judge rows re-read inside it,
+on Postgres one statement re-checks every precondition of the `Deletion`.
+Between the proof and the take another process may add a child, a write or a
+newer sibling, rewrite the leaf or its parent under the same id, or delete
+the leaf. For any set of such changes: with none, the leaf is taken; with any
+that breaks a precondition, nothing is; and whatever is taken, the rules
+accept on the facts the backend judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from graphs import build_chat_graph, chat_turn, thread_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base.id import uuid6
+from savers import KINDS, open_sync
+
+from retaining_saver import RetainingSaver, _rules
+from retaining_saver._admission import node_of
+from retaining_saver.backends._base import Backend
+from retaining_saver.testing import write_duration_leaf
+
+Mutation = Callable[[BaseCheckpointSaver[Any], Backend, CheckpointTuple, CheckpointTuple], None]
+
+
+def _pinned(of: CheckpointTuple) -> RunnableConfig:
+    return {"configurable": dict(of.config["configurable"])}
+
+
+def _copy(of: CheckpointTuple, **changes: Any) -> dict[str, Any]:
+    checkpoint = dict(of.checkpoint)
+    checkpoint["id"] = str(uuid6(clock_seq=-1))
+    checkpoint.update(changes)
+    return checkpoint
+
+
+def _add_child(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    inner.put(_pinned(leaf), _copy(leaf), {"source": "loop", "step": 9}, {})
+
+
+def _add_write(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    inner.put_writes(_pinned(leaf), [("said", "late")], "late-task")
+
+
+def _add_newer_sibling(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    inner.put(_pinned(parent), _copy(parent), {"source": "loop", "step": 9}, {})
+
+
+def _change_parent(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    checkpoint = dict(parent.checkpoint)
+    versions = dict(checkpoint["channel_versions"])
+    versions["said"] = inner.get_next_version(versions.get("said"), None)
+    checkpoint["channel_versions"] = versions
+    inner.put(parent.parent_config, checkpoint, parent.metadata, {})
+
+
+def _delete_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    assert backend.run(backend.delete_checkpoint(_thread(leaf), "", leaf.checkpoint["id"]))
+
+
+def _rewrite_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    checkpoint = {**leaf.checkpoint, "ts": "2000-01-01T00:00:00+00:00"}
+    inner.put(leaf.parent_config, checkpoint, leaf.metadata, {})
+
+
+BREAKING: dict[str, Mutation] = {
+    "child": _add_child,
+    "write": _add_write,
+    "newer-sibling": _add_newer_sibling,
+    "parent-changed": _change_parent,
+    "leaf-gone": _delete_leaf,
+}
+# Still a reclaimable clone under the same id: taking it or not are both sound.
+NEUTRAL: dict[str, Mutation] = {"leaf-rewritten": _rewrite_leaf}
+
+
+def _thread(of: CheckpointTuple) -> str:
+    return str(of.config["configurable"]["thread_id"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_take_is_guarded_by_what_it_proved(kind: str, request: pytest.FixtureRequest) -> None:
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        backend = saver.backend
+        assert backend is not None
+        graph = build_chat_graph(inner)
+        threads = iter(range(10_000))
+
+        @settings(
+            max_examples=25,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
+        @given(st.sets(st.sampled_from(sorted(BREAKING) + sorted(NEUTRAL))))
+        def check(changes: set[str]) -> None:
+            thread_id = f"guard-{next(threads)}"
+            graph.invoke(chat_turn(0), thread_config(thread_id))
+            leaf_id = write_duration_leaf(inner, thread_id)
+            root: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            leaf = inner.get_tuple(root)
+            assert leaf is not None and leaf.checkpoint["id"] == leaf_id
+            assert leaf.parent_config is not None
+            parent = inner.get_tuple(leaf.parent_config)
+            assert parent is not None
+            proven = node_of(leaf)
+            # Rewrites first: a rewrite after the delete would write the leaf back.
+            for name in sorted(changes, key=lambda n: (n in BREAKING, n == "leaf-gone", n)):
+                {**NEUTRAL, **BREAKING}[name](inner, backend, leaf, parent)
+
+            op = backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset())
+            facts, skip = backend.run_each(op)
+            taken = skip is None
+            if taken:
+                assert isinstance(
+                    _rules.leaf_verdict(facts, saver.policy, frozenset()), _rules.Deletion
+                )
+                assert inner.get_tuple(_pinned(leaf)) is None
+            if not changes:
+                assert taken
+            if changes & set(BREAKING):
+                assert not taken, (changes, skip)
+                if "leaf-gone" not in changes:
+                    assert inner.get_tuple(_pinned(leaf)) is not None
+
+        check()
