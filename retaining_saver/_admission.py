@@ -30,7 +30,8 @@ from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
-# tests/test_admission_detection.py pins it against the installed LangGraph.
+# tests/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
+# the installed LangGraph.
 RUNTIME_KEY = "__pregel_runtime"
 
 
@@ -209,12 +210,17 @@ class RunTracker:
 
 
 def head_skip(
-    head: CheckpointTuple | None, policy: RetentionPolicy, protected: frozenset[str]
+    head: CheckpointTuple | None, policy: RetentionPolicy, config: RunnableConfig
 ) -> Skip | None:
-    """Why admission can stop at the head it read, before taking any lock, else None."""
+    """Why admission can stop at the head `config` read, before taking any lock, else None.
+
+    An ordinary head is dismissed on its metadata alone: this runs on every run.
+    """
     if head is None:
         return Skip.EMPTY_THREAD
-    return _rules.leaf_skip(node_of(head), policy, protected)
+    if not _rules.may_have_marker(head.metadata, policy):
+        return Skip.NOT_MARKED
+    return _rules.leaf_skip(node_of(head), policy, run_selectors(config))
 
 
 def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
@@ -232,7 +238,8 @@ def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
 
 
 def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:
-    return _rules.leaf_skip(node_of(found), policy, frozenset()) is None
+    """Whether another worker's admission could reclaim `found` under its reader."""
+    return head_skip(found, policy, {}) is None
 
 
 def still_there(target: CheckpointTuple, backend: Backend) -> Flow[bool]:

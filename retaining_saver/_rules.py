@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from retaining_saver._lineage import (
     BlobKey,
@@ -73,9 +74,11 @@ __all__ = [
     "has_marker",
     "is_clone",
     "is_duration_marker",
+    "is_duration_metadata",
     "leaf_deletion",
     "leaf_skip",
     "leaf_verdict",
+    "may_have_marker",
     "plan_retention",
 ]
 
@@ -91,8 +94,20 @@ def is_duration_marker(node: CheckpointNode) -> bool:
     and a run-history key. Postgres drops `metadata["writes"]`, so the
     `runtime_run_duration` write marker is not required.
     """
-    metadata = node.metadata
+    return is_duration_metadata(node.metadata)
+
+
+def is_duration_metadata(metadata: Mapping[str, Any]) -> bool:
+    """`is_duration_marker`, on a checkpoint's metadata alone."""
     return metadata.get("source") == "update" and any(k in metadata for k in RUN_HISTORY_KEYS)
+
+
+def may_have_marker(metadata: Mapping[str, Any], policy: RetentionPolicy) -> bool:
+    """False when no checkpoint with this metadata has the marker under `policy`.
+
+    It needs no `CheckpointNode`, so a read can dismiss an ordinary head cheaply.
+    """
+    return policy.is_reclaimable_leaf is not None or is_duration_metadata(metadata)
 
 
 def has_marker(node: CheckpointNode, policy: RetentionPolicy) -> bool:
@@ -115,12 +130,12 @@ def leaf_skip(
     node: CheckpointNode, policy: RetentionPolicy, protected: frozenset[str]
 ) -> Skip | None:
     """Why `node` cannot be a reclaimable leaf before its parent is known, else None."""
+    if not has_marker(node, policy):
+        return Skip.NOT_MARKED
     if node.checkpoint_id in protected or node.checkpoint_id in policy.protect_checkpoint_ids:
         return Skip.PROTECTED
     if node.write_count:
         return Skip.OWNS_WRITES
-    if not has_marker(node, policy):
-        return Skip.NOT_MARKED
     return None
 
 

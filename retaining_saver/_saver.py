@@ -211,7 +211,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         return self._record(config, admitted)[1]
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
-        skip = _admission.head_skip(head, self.policy, _admission.run_selectors(config))
+        skip = _admission.head_skip(head, self.policy, config)
         if skip is None:
             return False
         self._count("attempted", f"skip:{skip.value}")

@@ -82,6 +82,32 @@ class MemoryBackend(Backend):
         found: dict[str, CheckpointNode] = yield statement
         return found
 
+    def leaf_facts(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[LeafFacts]:
+        """`Backend.leaf_facts` in one pass over the namespace, not one per guard."""
+
+        def statement() -> LeafFacts:
+            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+            newest = runner_up = None
+            has_children = False
+            for checkpoint_id, row in rows.items():
+                has_children = has_children or row[2] == leaf_id
+                if newest is None or checkpoint_id > newest:
+                    newest = checkpoint_id
+                if checkpoint_id < leaf_id and (runner_up is None or checkpoint_id > runner_up):
+                    runner_up = checkpoint_id
+
+            def node(checkpoint_id: str | None) -> CheckpointNode | None:
+                if checkpoint_id is None or checkpoint_id not in rows:
+                    return None
+                return self._node(thread_id, checkpoint_ns, checkpoint_id, rows[checkpoint_id])
+
+            return LeafFacts(node(leaf_id), node(parent_id), has_children, newest, runner_up)
+
+        facts: LeafFacts = yield statement
+        return facts
+
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row."""
         if facts.parent is None:
