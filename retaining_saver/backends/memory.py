@@ -8,6 +8,7 @@ checkpoint may have an empty entry that was only ever read: it owns no writes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -82,27 +83,33 @@ class MemoryBackend(Backend):
         found: dict[str, CheckpointNode] = yield statement
         return found
 
+    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
+        def statement() -> CheckpointNode | None:
+            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+            newest = max(rows, default=None)
+            if newest is None:
+                return None
+            return self._node(thread_id, checkpoint_ns, newest, rows[newest])
+
+        found: CheckpointNode | None = yield statement
+        return found
+
     def leaf_facts(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[LeafFacts]:
-        """`Backend.leaf_facts` in one pass over the namespace, not one per guard."""
+        """`Backend.leaf_facts` with each guard one pass in C over the namespace."""
 
         def statement() -> LeafFacts:
             rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-            newest = runner_up = None
-            has_children = False
-            for checkpoint_id, row in rows.items():
-                has_children = has_children or row[2] == leaf_id
-                if newest is None or checkpoint_id > newest:
-                    newest = checkpoint_id
-                if checkpoint_id < leaf_id and (runner_up is None or checkpoint_id > runner_up):
-                    runner_up = checkpoint_id
+            newest = max(rows, default=None)
+            runner_up = max(filter(leaf_id.__gt__, rows), default=None)
 
             def node(checkpoint_id: str | None) -> CheckpointNode | None:
                 if checkpoint_id is None or checkpoint_id not in rows:
                     return None
                 return self._node(thread_id, checkpoint_ns, checkpoint_id, rows[checkpoint_id])
 
+            has_children = leaf_id in map(itemgetter(2), rows.values())
             return LeafFacts(node(leaf_id), node(parent_id), has_children, newest, runner_up)
 
         facts: LeafFacts = yield statement
