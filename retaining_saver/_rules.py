@@ -4,7 +4,10 @@ Everything that decides a deletion lives here, as functions of a thread's
 lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
 then `leaf_verdict` about the leaf and parent rows it read by primary key.
-Nothing else decides.
+Nothing else decides. Backends only re-check, inside the deleting
+transaction, the preconditions a `Deletion` names; Postgres does it in SQL
+(`RECLAIM_LEAF_SQL`), and tests/test_reclaim_guard.py holds that statement to
+`leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
