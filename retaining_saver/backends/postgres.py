@@ -168,8 +168,10 @@ WITH found AS (
     RETURNING c.checkpoint_id
 )
 SELECT f.thread_id, f.checkpoint_ns, f.checkpoint_id, f.parent_checkpoint_id, f.metadata,
-    CASE WHEN f.checkpoint_id = %(parent_id)s THEN f.checkpoint
-        ELSE f.checkpoint - 'channel_values' END AS checkpoint,
+    f.checkpoint -> 'channel_versions' AS channel_versions,
+    f.checkpoint -> 'versions_seen' AS versions_seen,
+    f.checkpoint ->> 'ts' AS ts,
+    CASE WHEN f.checkpoint_id = %(parent_id)s THEN f.checkpoint END AS checkpoint,
     g.leaf_write_count, g.leaf_has_children, g.newest_id, g.runner_up_id,
     (SELECT count(*) FROM taken) AS taken,
     (
@@ -336,20 +338,6 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
     )
 
 
-def _checkpoint_node(row: Row, write_count: int) -> CheckpointNode:
-    checkpoint = row["checkpoint"]
-    return CheckpointNode(
-        checkpoint_ns=row["checkpoint_ns"],
-        checkpoint_id=row["checkpoint_id"],
-        parent_id=row["parent_checkpoint_id"],
-        channel_versions=checkpoint.get("channel_versions") or {},
-        versions_seen=checkpoint.get("versions_seen") or {},
-        write_count=write_count,
-        metadata=row["metadata"] or {},
-        ts=checkpoint.get("ts") or "",
-    )
-
-
 def _leaf_facts(rows: list[Row], leaf_id: str, parent_id: str | None) -> LeafFacts:
     """The facts `RECLAIM_LEAF_SQL` read; the parent's row is the successor's."""
     by_id = {r["checkpoint_id"]: r for r in rows}
@@ -358,8 +346,8 @@ def _leaf_facts(rows: list[Row], leaf_id: str, parent_id: str | None) -> LeafFac
     if parent is not None:
         parent = {**parent, "pending_writes": parent["parent_pending_writes"]}
     return LeafFacts(
-        leaf=_checkpoint_node(leaf, leaf["leaf_write_count"]) if leaf else None,
-        parent=_checkpoint_node(parent, len(parent["pending_writes"] or ())) if parent else None,
+        leaf=_node(leaf, leaf["leaf_write_count"]) if leaf else None,
+        parent=_node(parent, len(parent["pending_writes"] or ())) if parent else None,
         has_children=bool(guards.get("leaf_has_children")),
         newest_id=guards.get("newest_id"),
         runner_up_id=guards.get("runner_up_id"),
