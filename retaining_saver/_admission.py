@@ -70,17 +70,6 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
     )
 
 
-def pinned(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
-    configurable = config.get("configurable", {})
-    return {
-        "configurable": {
-            "thread_id": configurable["thread_id"],
-            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
 def run_selectors(config: RunnableConfig) -> frozenset[str]:
     """Checkpoint ids a run's config addresses: its `checkpoint_id` and `checkpoint_map`."""
     configurable = config.get("configurable", {})

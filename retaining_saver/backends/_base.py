@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from retaining_saver import _rules
@@ -174,12 +175,12 @@ class Backend(ABC):
         nodes = yield from self.load_nodes(thread_id, checkpoint_ns, ids)
         return nodes, None
 
-    def take_leaf(self, thread_id: str, deletion: Deletion, facts: LeafFacts) -> Op[bool]:
-        """Delete the leaf `leaf_verdict` chose from `facts`; False if it was gone.
+    def take_leaf(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+        """Delete the leaf `leaf_verdict` chose; False if it was gone.
 
-        Here `facts` were read in this same transaction, under the write lock,
-        so nothing they prove can have changed; a backend that reads them
-        outside its delete must re-check them in the delete itself.
+        Its facts were read in this same transaction, under the write lock, so
+        nothing they prove can have changed; a backend that reads them outside
+        its delete must re-check them in the delete itself.
         """
         ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
         return (yield from self.delete_checkpoint(thread_id, ns, checkpoint_id))
@@ -271,7 +272,7 @@ class Backend(ABC):
         verdict = _rules.leaf_verdict(facts, policy, protected)
         if isinstance(verdict, Skip):
             return facts, verdict
-        taken = yield from self.take_leaf(thread_id, verdict, facts)
+        taken = yield from self.take_leaf(thread_id, verdict)
         return facts, None if taken else Skip.PRECONDITION_CHANGED
 
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
@@ -286,6 +287,23 @@ class Backend(ABC):
         return _rules.deletion_holds(
             deletion, now, has_children=has_children, newest_id=newest, runner_up_id=runner_up
         )
+
+
+def tuple_configs(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent_id: str | None
+) -> tuple[RunnableConfig, RunnableConfig | None]:
+    """The `config` and `parent_config` the stock savers give a checkpoint tuple."""
+
+    def config(target: str) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": target,
+            }
+        }
+
+    return config(checkpoint_id), config(parent_id) if parent_id else None
 
 
 def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:

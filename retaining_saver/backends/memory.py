@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -24,6 +23,7 @@ from retaining_saver.backends._base import (
     T,
     TableStats,
     drive_statements,
+    tuple_configs,
 )
 
 Statement = Callable[[], Any]
@@ -130,22 +130,13 @@ class MemoryBackend(Backend):
         checkpoint: Checkpoint = serde.loads_typed(checkpoint_typed)
         values = saver._load_blobs(thread_id, ns, checkpoint["channel_versions"])
         writes = saver._ordered_writes(thread_id, ns, parent_id)
-
-        def config(checkpoint_id: str) -> RunnableConfig:
-            return {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            }
-
+        config, parent_config = tuple_configs(thread_id, ns, parent_id, grandparent_id)
         return CheckpointTuple(
-            config=config(parent_id),
+            config=config,
             checkpoint={**checkpoint, "channel_values": values},
             metadata=serde.loads_typed(metadata_typed),
             pending_writes=[(i, c, serde.loads_typed(v)) for i, c, v, _ in writes],
-            parent_config=config(grandparent_id) if grandparent_id else None,
+            parent_config=parent_config,
         )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -61,6 +60,7 @@ from retaining_saver.backends._base import (
     adrive_statements,
     drive_statements,
     on_saver_loop,
+    tuple_configs,
 )
 
 _NODE_COLUMNS = """
@@ -301,22 +301,20 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """One SQL statement, its parameters, whether its rows are read back, and
-    whether they come in binary (as the saver reads `bytea` arrays)."""
+    """One SQL statement, its `%s` or `%(name)s` parameters, and whether its rows are read back."""
 
     sql: str
     params: tuple[Any, ...] | Mapping[str, Any] = ()
     fetch: bool = False
-    binary: bool = False
 
 
 def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
-    cur.execute(statement.sql, statement.params, binary=statement.binary)
+    cur.execute(statement.sql, statement.params)
     return [dict(row) for row in cur.fetchall()] if statement.fetch else []
 
 
 async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
-    await cur.execute(statement.sql, statement.params, binary=statement.binary)
+    await cur.execute(statement.sql, statement.params)
     return [dict(row) for row in await cur.fetchall()] if statement.fetch else []
 
 
@@ -495,25 +493,19 @@ class PostgresBackend(Backend):
         shared = {
             k: v for k, v in leaf.checkpoint["channel_values"].items() if not _stored_inline(v)
         }
-        ns = row["checkpoint_ns"]
-
-        def config(checkpoint_id: str) -> RunnableConfig:
-            return {
-                "configurable": {
-                    "thread_id": row["thread_id"],
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            }
-
         stored: dict[str, Any] = row["checkpoint"]
         values = {**(stored.get("channel_values") or {}), **shared}
-        parent_id = row["parent_checkpoint_id"]
+        config, parent_config = tuple_configs(
+            row["thread_id"],
+            row["checkpoint_ns"],
+            row["checkpoint_id"],
+            row["parent_checkpoint_id"],
+        )
         return CheckpointTuple(
-            config(row["checkpoint_id"]),
+            config,
             cast(Checkpoint, {**stored, "channel_values": values}),
             row["metadata"],
-            config(parent_id) if parent_id else None,
+            parent_config,
             self.saver._load_writes(row["pending_writes"]),
         )
 

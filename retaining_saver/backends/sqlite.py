@@ -35,7 +35,6 @@ from functools import partial
 from typing import Any, cast
 
 import aiosqlite
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -51,6 +50,7 @@ from retaining_saver.backends._base import (
     TableStats,
     drive_statements,
     on_saver_loop,
+    tuple_configs,
 )
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
@@ -383,23 +383,17 @@ class SqliteBackend(Backend):
         if facts.successor is None:
             return None
         row, checkpoint, writes = facts.successor
-        configurable = leaf.config["configurable"]
-
-        def config(checkpoint_id: str) -> RunnableConfig:
-            return {
-                "configurable": {
-                    "thread_id": str(configurable["thread_id"]),
-                    "checkpoint_ns": row["checkpoint_ns"],
-                    "checkpoint_id": checkpoint_id,
-                }
-            }
-
-        parent_id = row["parent_checkpoint_id"]
+        config, parent_config = tuple_configs(
+            str(leaf.config["configurable"]["thread_id"]),
+            row["checkpoint_ns"],
+            row["checkpoint_id"],
+            row["parent_checkpoint_id"],
+        )
         return CheckpointTuple(
-            config(row["checkpoint_id"]),
+            config,
             checkpoint,
             cast(CheckpointMetadata, _metadata(row)),
-            config(parent_id) if parent_id else None,
+            parent_config,
             load_pending_writes(writes, self.saver.serde),
         )
 
