@@ -15,6 +15,7 @@ leaf did.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -26,13 +27,15 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
-from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
+from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
 # tests/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
 # the installed LangGraph.
 RUNTIME_KEY = "__pregel_runtime"
+
+logger = logging.getLogger("retaining_saver")
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ def _reclaim_stack(
             yield Invalidate(thread_id, node.checkpoint_ns, ids)
         node = facts.parent
         if read and head is not None:
-            head = backend.successor(head, facts) or (yield Lookup(read_config))
+            head = yield from _successor(backend, head, facts, read_config)
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
         skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
@@ -171,6 +174,29 @@ def _reclaim_stack(
             node = yield from _head_node(thread_id, read_config, backend)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
+
+
+def _successor(
+    backend: Backend, leaf: CheckpointTuple, facts: LeafFacts, read_config: RunnableConfig
+) -> Flow[CheckpointTuple | None]:
+    """What the run reads once `leaf` is gone: the backend's build, else a fresh read.
+
+    The leaf is already deleted here, so a failed build must not fail the
+    admission: that would report nothing reclaimed for a leaf that is gone.
+    """
+    try:
+        built = backend.successor(leaf, facts)
+    except Exception:
+        logger.warning(
+            "could not build the successor of reclaimed checkpoint %s; reading it instead",
+            leaf.checkpoint["id"],
+            exc_info=True,
+        )
+        built = None
+    if built is not None:
+        return built
+    found: CheckpointTuple | None = yield Lookup(read_config)
+    return found
 
 
 class RunTracker:

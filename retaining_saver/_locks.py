@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class _Box:
@@ -59,9 +59,25 @@ class ThreadLocks:
         with box.lock:  # type: ignore[union-attr]
             yield
 
-    @asynccontextmanager
-    async def ahold(self, thread_id: str) -> AsyncIterator[None]:
-        """Hold `thread_id`'s lock for the running event loop."""
-        box = self._box(thread_id, asyncio.get_running_loop())
-        async with box.lock:  # type: ignore[union-attr]
-            yield
+    def ahold(self, thread_id: str) -> _AsyncHold:
+        """Hold `thread_id`'s lock for the running event loop (`async with`)."""
+        return _AsyncHold(self._box(thread_id, asyncio.get_running_loop()))
+
+
+class _AsyncHold:
+    """`async with` on a box's `asyncio.Lock`, keeping the box alive while held.
+
+    A plain class, not `asynccontextmanager`: every admission that may
+    reclaim passes through it.
+    """
+
+    __slots__ = ("_box",)
+
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+
+    async def __aenter__(self) -> None:
+        await self._box.lock.acquire()  # type: ignore[misc]
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._box.lock.release()

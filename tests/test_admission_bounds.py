@@ -189,21 +189,43 @@ def test_cache_is_invalidated_before_deletion() -> None:
     assert len(cache) == 0
 
 
+def _next_turn_with_broken(saver: RetainingSaver, thread_id: str, method: str) -> str:
+    """Run a turn, stamp a leaf, make `saver.backend.<method>` raise, run a turn; the leaf."""
+    graph = build_chat_graph(saver)
+    graph.invoke(chat_turn(0), thread_config(thread_id))
+    leaf = write_duration_leaf(saver, thread_id)
+    assert leaf is not None
+
+    def explode(*args: Any) -> Any:
+        raise OSError(f"{method} is broken")
+
+    setattr(saver.backend, method, explode)
+    assert graph.invoke(chat_turn(1), thread_config(thread_id))["turns"] == 2
+    return leaf
+
+
 def test_cleanup_error_is_logged_and_read_proceeds(caplog: pytest.LogCaptureFixture) -> None:
     inner = InMemorySaver()
     saver = RetainingSaver(inner)
-    graph = build_chat_graph(saver)
-    graph.invoke(chat_turn(0), thread_config("e"))
-    leaf = write_duration_leaf(saver, "e")
-
-    def explode(*args: Any) -> Any:
-        raise OSError("disk on fire")
-
-    saver.backend.reclaim_leaf = explode  # type: ignore[method-assign, union-attr]
-    assert graph.invoke(chat_turn(1), thread_config("e"))["turns"] == 2
+    leaf = _next_turn_with_broken(saver, "e", "reclaim_leaf")
     assert inner.get_tuple(_pinned("e", leaf)) is not None
     assert saver.counters.failed == 1
     assert any("thread e" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_failed_successor_build_still_counts_the_reclaim(
+    kind: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leaf is gone once the successor is built: a failed build reads it instead."""
+    with open_sync(kind, request) as inner:
+        events: list[ReclaimEvent] = []
+        saver = RetainingSaver(inner, on_reclaim=events.append)
+        leaf = _next_turn_with_broken(saver, "s", "successor")
+        assert inner.get_tuple(_pinned("s", leaf)) is None
+        assert (saver.counters.reclaimed, saver.counters.failed) == (1, 0)
+        assert [event.checkpoint_id for event in events] == [leaf]
+        assert any("could not build the successor" in r.getMessage() for r in caplog.records)
 
 
 def test_on_reclaim_and_counters() -> None:

@@ -3,11 +3,11 @@
 Admission proves a leaf reclaimable from the head it read, then takes it in
 one transaction: on memory and SQLite the rules judge rows re-read inside it,
 on Postgres one statement re-checks every precondition of the `Deletion`.
-Between the proof and the take another process may add a child, a write or a
-newer sibling, rewrite the leaf or its parent under the same id, or delete
-the leaf. For any set of such changes: with none, the leaf is taken; with any
-that breaks a precondition, nothing is; and whatever is taken, the rules
-accept on the facts the backend judged.
+Between the proof and the take another process may add a child (even one
+whose id sorts first), a write or a newer sibling, rewrite the leaf or its
+parent under the same id, or delete the leaf. For any set of such changes:
+with none, the leaf is taken; with any that breaks a precondition, nothing
+is; and whatever is taken, the rules accept on the facts the backend judged.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from graphs import build_chat_graph, chat_turn, thread_config
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -47,6 +47,14 @@ def _add_child(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any)
     inner.put(_pinned(leaf), _copy(leaf), {"source": "loop", "step": 9}, {})
 
 
+def _add_child_sorting_first(
+    inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any
+) -> None:
+    # Its id sorts below every other, so only the childless check can see it.
+    checkpoint = {**_copy(leaf), "id": "00000000-0000-6000-8000-000000000000"}
+    inner.put(_pinned(leaf), checkpoint, {"source": "loop", "step": 9}, {})
+
+
 def _add_write(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
     inner.put_writes(_pinned(leaf), [("said", "late")], "late-task")
 
@@ -74,6 +82,7 @@ def _rewrite_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: A
 
 BREAKING: dict[str, Mutation] = {
     "child": _add_child,
+    "child-sorting-first": _add_child_sorting_first,
     "write": _add_write,
     "newer-sibling": _add_newer_sibling,
     "parent-changed": _change_parent,
@@ -85,6 +94,13 @@ NEUTRAL: dict[str, Mutation] = {"leaf-rewritten": _rewrite_leaf}
 
 def _thread(of: CheckpointTuple) -> str:
     return str(of.config["configurable"]["thread_id"])
+
+
+def _each_change_alone(test: Any) -> Any:
+    """Always try no change and every change alone: the random sets may miss one."""
+    for name in [*BREAKING, *NEUTRAL]:
+        test = example({name})(test)
+    return example(set())(test)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -103,6 +119,7 @@ def test_take_is_guarded_by_what_it_proved(kind: str, request: pytest.FixtureReq
             suppress_health_check=[HealthCheck.function_scoped_fixture],
         )
         @given(st.sets(st.sampled_from(sorted(BREAKING) + sorted(NEUTRAL))))
+        @_each_change_alone
         def check(changes: set[str]) -> None:
             thread_id = f"guard-{next(threads)}"
             graph.invoke(chat_turn(0), thread_config(thread_id))

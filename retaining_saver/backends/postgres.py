@@ -104,28 +104,27 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
-# Takes one trailing leaf in one statement, so in one transaction. `found`
-# and `guards` read, once, the facts `leaf_verdict` judges: the leaf and parent
-# rows, the leaf's write count, whether it has a child, the newest id and the
-# one below the leaf. `taken` deletes the leaf only if every precondition of
-# its `Deletion` holds in those facts: the leaf row is unchanged (parent, ts,
+# Takes one trailing leaf in one statement, so in one transaction. `parent`
+# and `guards` read, once, what the `Deletion` needs besides the leaf's own
+# row: the parent's row, the leaf's write count, whether it has a child, and
+# the two newest ids of the namespace. `taken` deletes the leaf only if every
+# precondition holds in them: the leaf row is unchanged (parent, ts,
 # versions), owns no writes, has no child, is the newest with its parent
-# next, and the parent holds the same versions. The SELECT returns the same
-# facts, from the same snapshot, and the parent's writes in the saver's own
-# array shape.
+# next, and the parent holds the same versions. The SELECT returns one row:
+# the same facts and the leaf's row, from the same snapshot (so from before
+# the delete), and the parent's writes in the saver's own array shape.
 #
 # `synchronous_commit` is off for this statement alone: losing the delete in
 # a crash leaves the leaf, a valid state, and since the WAL is one sequence,
 # the next durable commit (the run's own next checkpoint) makes it durable.
-# Every subquery names its row by bound id: one index lookup each, whatever
+# Every subquery names its rows by bound id: one index probe each, whatever
 # the thread's length.
 RECLAIM_LEAF_SQL = """
-WITH found AS (
-    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-        c.checkpoint, c.metadata
-    FROM checkpoints AS c
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id IN (%(leaf_id)s, %(parent_id)s)
+WITH parent AS (
+    SELECT p.parent_checkpoint_id, p.checkpoint, p.metadata
+    FROM checkpoints AS p
+    WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
+        AND p.checkpoint_id = %(parent_id)s
 ), guards AS (
     SELECT
         (
@@ -138,20 +137,14 @@ WITH found AS (
             WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
                 AND k.parent_checkpoint_id = %(leaf_id)s
         ) AS leaf_has_children,
-        (
+        ARRAY(
             SELECT n.checkpoint_id FROM checkpoints AS n
             WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
-            ORDER BY n.checkpoint_id DESC LIMIT 1
-        ) AS newest_id,
-        (
-            SELECT n.checkpoint_id FROM checkpoints AS n
-            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
-                AND n.checkpoint_id < %(leaf_id)s
-            ORDER BY n.checkpoint_id DESC LIMIT 1
-        ) AS runner_up_id
+            ORDER BY n.checkpoint_id DESC LIMIT 2
+        ) AS newest_ids
 ), taken AS (
     DELETE FROM checkpoints AS c
-    USING guards AS g, found AS p
+    USING guards AS g, parent AS p
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
         AND c.checkpoint_id = %(leaf_id)s
         AND c.parent_checkpoint_id = %(parent_id)s
@@ -160,20 +153,18 @@ WITH found AS (
         AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
         AND g.leaf_write_count = 0
         AND NOT g.leaf_has_children
-        AND g.newest_id = %(leaf_id)s
-        AND g.runner_up_id = %(parent_id)s
-        AND p.checkpoint_id = %(parent_id)s
+        AND g.newest_ids = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
         AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
     RETURNING c.checkpoint_id
 )
-SELECT f.thread_id, f.checkpoint_ns, f.checkpoint_id, f.parent_checkpoint_id, f.metadata,
-    f.checkpoint -> 'channel_versions' AS channel_versions,
-    f.checkpoint -> 'versions_seen' AS versions_seen,
-    f.checkpoint ->> 'ts' AS ts,
-    CASE WHEN f.checkpoint_id = %(parent_id)s THEN f.checkpoint END AS checkpoint,
-    g.leaf_write_count, g.leaf_has_children, g.newest_id, g.runner_up_id,
-    (SELECT count(*) FROM taken) AS taken,
+SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
+    l.checkpoint_id AS leaf_id, l.parent_checkpoint_id AS leaf_parent_id,
+    l.checkpoint -> 'channel_versions' AS leaf_channel_versions,
+    l.checkpoint -> 'versions_seen' AS leaf_versions_seen,
+    l.checkpoint ->> 'ts' AS leaf_ts, l.metadata AS leaf_metadata,
+    p.parent_checkpoint_id, p.checkpoint, p.metadata,
+    EXISTS (SELECT 1 FROM taken) AS taken,
     (
         SELECT array_agg(array[
             w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
@@ -185,7 +176,10 @@ SELECT f.thread_id, f.checkpoint_ns, f.checkpoint_id, f.parent_checkpoint_id, f.
     ) AS parent_pending_writes,
     set_config('synchronous_commit', 'off', true) AS commit_mode
 FROM guards AS g
-JOIN found AS f ON true
+LEFT JOIN parent AS p ON true
+LEFT JOIN checkpoints AS l
+    ON l.thread_id = %(thread_id)s AND l.checkpoint_ns = %(checkpoint_ns)s
+        AND l.checkpoint_id = %(leaf_id)s
 """
 
 # Lets the in-transaction "still childless?" check find children by index
@@ -336,20 +330,45 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
     )
 
 
-def _leaf_facts(rows: list[Row], leaf_id: str, parent_id: str | None) -> LeafFacts:
-    """The facts `RECLAIM_LEAF_SQL` read; the parent's row is the successor's."""
-    by_id = {r["checkpoint_id"]: r for r in rows}
-    leaf, parent = by_id.get(leaf_id), by_id.get(parent_id) if parent_id else None
-    guards = rows[0] if rows else {}
-    if parent is not None:
-        parent = {**parent, "pending_writes": parent["parent_pending_writes"]}
+def _leaf_facts(row: Row, checkpoint_ns: str, leaf_id: str, parent_id: str | None) -> LeafFacts:
+    """The facts `RECLAIM_LEAF_SQL` read; the parent's row is the successor's.
+
+    The runner-up is read only where it decides anything: when the leaf is
+    the newest, it is the second of the two newest ids.
+    """
+    leaf = parent = successor = None
+    if row["leaf_id"] is not None:
+        leaf = CheckpointNode(
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=leaf_id,
+            parent_id=row["leaf_parent_id"],
+            channel_versions=row["leaf_channel_versions"] or {},
+            versions_seen=row["leaf_versions_seen"] or {},
+            write_count=row["leaf_write_count"],
+            metadata=row["leaf_metadata"] or {},
+            ts=row["leaf_ts"] or "",
+        )
+    if parent_id is not None and (stored := row["checkpoint"]) is not None:
+        writes = row["parent_pending_writes"] or []
+        parent = CheckpointNode(
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=parent_id,
+            parent_id=row["parent_checkpoint_id"],
+            channel_versions=stored.get("channel_versions") or {},
+            versions_seen=stored.get("versions_seen") or {},
+            write_count=len(writes),
+            metadata=row["metadata"] or {},
+            ts=stored.get("ts") or "",
+        )
+        successor = {**row, "checkpoint_id": parent_id, "pending_writes": writes}
+    newest = row["newest_ids"] or []
     return LeafFacts(
-        leaf=_node(leaf, leaf["leaf_write_count"]) if leaf else None,
-        parent=_node(parent, len(parent["pending_writes"] or ())) if parent else None,
-        has_children=bool(guards.get("leaf_has_children")),
-        newest_id=guards.get("newest_id"),
-        runner_up_id=guards.get("runner_up_id"),
-        successor=parent,
+        leaf=leaf,
+        parent=parent,
+        has_children=row["leaf_has_children"],
+        newest_id=newest[0] if newest else None,
+        runner_up_id=newest[1] if len(newest) > 1 and newest[0] == leaf_id else None,
+        successor=successor,
     )
 
 
@@ -474,8 +493,8 @@ class PostgresBackend(Backend):
             "versions_seen": Jsonb(dict(leaf.versions_seen)),
         }
         rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
-        facts = _leaf_facts(rows, deletion.checkpoint_id, deletion.clone_of)
-        if rows and rows[0]["taken"]:
+        facts = _leaf_facts(rows[0], deletion.checkpoint_ns, leaf.checkpoint_id, deletion.clone_of)
+        if rows[0]["taken"]:
             return facts, None
         verdict = _rules.leaf_verdict(facts, policy, protected)
         return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
@@ -495,11 +514,9 @@ class PostgresBackend(Backend):
         }
         stored: dict[str, Any] = row["checkpoint"]
         values = {**(stored.get("channel_values") or {}), **shared}
+        at = leaf.config["configurable"]
         config, parent_config = tuple_configs(
-            row["thread_id"],
-            row["checkpoint_ns"],
-            row["checkpoint_id"],
-            row["parent_checkpoint_id"],
+            at["thread_id"], at["checkpoint_ns"], row["checkpoint_id"], row["parent_checkpoint_id"]
         )
         return CheckpointTuple(
             config,
