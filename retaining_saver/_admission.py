@@ -100,11 +100,52 @@ def admit_read(
     policy: RetentionPolicy,
     protected: frozenset[str],
     head: CheckpointTuple | None,
+    hinted: CheckpointNode | None = None,
 ) -> Flow[Admitted]:
-    """Reclaim the stack of duration leaves on `head`, what the admission read returned."""
+    """Reclaim the stack of duration leaves on `head`, what the admission read returned.
+
+    With a `hinted` leaf instead of a head, the hinted leaf is taken as the
+    head is read (see `_take_hinted`), and the stack goes on from that head.
+    """
+    reclaimed: list[str] = []
+    if hinted is not None:
+        flow = _take_hinted(thread_id, read_config, backend, policy, protected, hinted)
+        head, reclaimed = yield from flow
     node = node_of(head) if head is not None else None
-    flow = _reclaim_stack(thread_id, read_config, backend, policy, protected, node, head, read=True)
-    return (yield from flow)
+    return (
+        yield from _reclaim_stack(
+            thread_id, read_config, backend, policy, protected, node, head, reclaimed, read=True
+        )
+    )
+
+
+def _take_hinted(
+    thread_id: str,
+    read_config: RunnableConfig,
+    backend: Backend,
+    policy: RetentionPolicy,
+    protected: frozenset[str],
+    leaf: CheckpointNode,
+) -> Flow[tuple[CheckpointTuple | None, list[str]]]:
+    """Take `leaf`, known before the read, while reading the head; else only read the head.
+
+    The rules judge the hint as they judge a head. Where the take does not
+    happen, the stack meets the head as it is and says why.
+    """
+    if _rules.leaf_skip(leaf, policy, protected) is not None or not backend.can_reclaim_and_read:
+        return (yield Lookup(read_config)), []
+    ids = [leaf.checkpoint_id]
+    try:
+        yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+    except Exception:
+        return (yield Lookup(read_config)), []
+    taken, head = yield Transact(backend.reclaim_and_read(thread_id, leaf), each=True)
+    if taken:
+        with contextlib.suppress(Exception):
+            yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+    if head is None:
+        head = yield Lookup(read_config)
+    return head, ids if taken else []
 
 
 def admit_explicit(
@@ -136,11 +177,12 @@ def _reclaim_stack(
     protected: frozenset[str],
     node: CheckpointNode | None,
     head: CheckpointTuple | None,
+    reclaimed_already: Sequence[str] = (),
     *,
     read: bool,
 ) -> Flow[Admitted]:
     """Reclaim leaves from `node` down; with `read`, keep `head` the tuple the run reads."""
-    reclaimed: list[str] = []
+    reclaimed = list(reclaimed_already)
     skip: Skip | None = None if node is not None else Skip.EMPTY_THREAD
     while node is not None and len(reclaimed) < _rules.MAX_STACKED_LEAVES:
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:

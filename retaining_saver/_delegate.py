@@ -148,6 +148,11 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
             return value.checkpoint
         return None
 
+    def _stored(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> None:
+        """Called after each `put`/`aput` that `inner` stored; a hook for subclasses."""
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.inner.get_tuple(config)
 
@@ -168,7 +173,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.inner.put(config, checkpoint, metadata, new_versions)
+        stored = self.inner.put(config, checkpoint, metadata, new_versions)
+        self._stored(config, checkpoint, metadata)
+        return stored
 
     def put_writes(
         self,
@@ -237,7 +244,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        stored = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        self._stored(config, checkpoint, metadata)
+        return stored
 
     async def aput_writes(
         self,

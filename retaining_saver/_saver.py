@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Self, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 
 from retaining_saver import _admission
 from retaining_saver._admission import AdmissionResult, Admitted
@@ -19,10 +25,11 @@ from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Flow, Lookup, Performer, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
+from retaining_saver._hints import LeafHints
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
-from retaining_saver._rules import LeafPredicate, RetentionPolicy, Skip
+from retaining_saver._rules import CheckpointNode, LeafPredicate, RetentionPolicy, Skip
 from retaining_saver.backends import backend_for
 
 logger = logging.getLogger("retaining_saver")
@@ -155,6 +162,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 stacklevel=2,
             )
         self.performer = Performer(inner, self.backend, self.history_caches)
+        hinting = self.backend is not None and self.backend.can_reclaim_and_read
+        self.hints = LeafHints(self.policy) if hinting and admission == "auto" else None
         self.locks = ThreadLocks()
         self._runs = _admission.RunTracker()
         self._counts: Counter[str] = Counter()
@@ -190,25 +199,40 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._is_admission(config):
             return self._pinned_result(config, drive(self._read(config), self.performer))
-        # The admission read: only a head shaped like a leaf takes the lock.
-        head = self.inner.get_tuple(config)
-        if self._nothing_to_reclaim(head, config):
-            return head
+        # The admission read: only a hinted leaf or a head shaped like one takes the lock.
         thread_id = str(config["configurable"]["thread_id"])
+        head, hinted = None, self._hinted_leaf(thread_id)
+        if hinted is None:
+            head = self.inner.get_tuple(config)
+            if self._nothing_to_reclaim(head, config):
+                return head
         with self.locks.hold(thread_id):
-            admitted = drive(self._admission_read(thread_id, config, head), self.performer)
+            flow = self._admission_read(thread_id, config, head, hinted)
+            admitted = drive(flow, self.performer)
         return self._record(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._is_admission(config):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
-        head = await self.inner.aget_tuple(config)
-        if self._nothing_to_reclaim(head, config):
-            return head
         thread_id = str(config["configurable"]["thread_id"])
+        head, hinted = None, self._hinted_leaf(thread_id)
+        if hinted is None:
+            head = await self.inner.aget_tuple(config)
+            if self._nothing_to_reclaim(head, config):
+                return head
         async with self.locks.ahold(thread_id):
-            admitted = await adrive(self._admission_read(thread_id, config, head), self.performer)
+            flow = self._admission_read(thread_id, config, head, hinted)
+            admitted = await adrive(flow, self.performer)
         return self._record(config, admitted)[1]
+
+    def _hinted_leaf(self, thread_id: str) -> CheckpointNode | None:
+        return self.hints.take(thread_id) if self.hints is not None else None
+
+    def _stored(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> None:
+        if self.hints is not None:
+            self.hints.note(config, checkpoint, metadata)
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, config)
@@ -291,11 +315,17 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     # Admission
 
     def _admission_read(
-        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        head: CheckpointTuple | None,
+        hinted: CheckpointNode | None,
     ) -> Flow[Admitted]:
         assert self.backend is not None  # _is_admission said so
         protected = _admission.run_selectors(config)
-        flow = _admission.admit_read(thread_id, config, self.backend, self.policy, protected, head)
+        flow = _admission.admit_read(
+            thread_id, config, self.backend, self.policy, protected, head, hinted
+        )
         result, found = yield from self._failsafe(thread_id, flow, config)
         return result, (yield from self._settle(found, config))
 

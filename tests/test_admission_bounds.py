@@ -78,7 +78,7 @@ def test_installed_langgraph_marks_only_run_reads() -> None:
 # the parent's lookup with the leaf's write probe, then the guarded delete:
 # `leaf_facts` and `take_leaf` on one transaction, or one statement on Postgres.
 LOOKUPS = ("get_tuple", "head_node")
-ROUND = ("reclaim_leaf", "leaf_facts", "take_leaf")
+ROUND = ("reclaim_leaf", "leaf_facts", "take_leaf", "reclaim_and_read")
 SCANS = ("list", "load_lineage", "stats", "integrity", "thread_ids", "delete_unreferenced_blobs")
 
 
@@ -103,41 +103,53 @@ def _admission_calls(
     return counts
 
 
-@pytest.mark.parametrize("explicit", [False, True], ids=["admission-read", "admit"])
+@pytest.mark.parametrize("way", ["admission-read", "admit", "read-after-own-stamp"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_admission_work_is_bounded_and_flat(
-    kind: str, explicit: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    kind: str, way: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Per admission: the head and the parent looked up once each, the leaf's writes
-    probed inside the parent lookup, one delete, no scan; the same at 2 and 40 turns."""
+    probed inside the parent lookup, one delete, no scan; the same at 2 and 40 turns.
+    A leaf stamped through the saver is taken as the head is read, on Postgres."""
+    explicit, own_stamp = way == "admit", way == "read-after-own-stamp"
     counts = []
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
-        graph = build_chat_graph(inner)
+        stamper = saver if own_stamp else inner
+        graph = build_chat_graph(stamper)
         for turns, thread_id in ((2, "short"), (40, "long")):
             for turn in range(turns):
                 graph.invoke(chat_turn(turn), thread_config(thread_id))
-                leaf = write_duration_leaf(inner, thread_id)
+                leaf = write_duration_leaf(stamper, thread_id)
             config = {
                 "configurable": {**thread_config(thread_id)["configurable"], RUNTIME_KEY: object()}
             }
 
-            def admit(thread_id: str = thread_id, config: Any = config, leaf: Any = leaf) -> None:
+            def admit(
+                thread_id: str = thread_id,
+                config: Any = config,
+                leaf: Any = leaf,
+                before: int = saver.counters.reclaimed,
+            ) -> None:
                 if explicit:
                     assert saver.admit(thread_id).reclaimed == (leaf,)
                 else:
                     saver.get_tuple(config)
-                    assert saver.counters.reclaimed == len(counts) + 1
+                    assert saver.counters.reclaimed == before + 1
 
             counts.append(_admission_calls(saver, inner, admit, monkeypatch))
     assert counts[0] == counts[1]
     calls = counts[0]
+    assert all(calls[name] == 0 for name in SCANS)
+    if own_stamp and kind == "postgres":  # no read first: one statement takes and reads
+        assert (calls["get_tuple"], calls["reclaim_and_read"], calls["reclaim_leaf"]) == (0, 1, 0)
+        assert calls["postgres statements"] == 1
+        return
     if explicit:
         assert (calls["get_tuple"], calls["head_node"]) == (0, 1)
     else:
         assert (calls["get_tuple"], calls["head_node"]) == (1, 0)  # the run's own read
-    assert calls["reclaim_leaf"] == 1
-    assert all(calls[name] == 0 for name in SCANS)
+    assert (calls["reclaim_leaf"], calls["reclaim_and_read"]) == (1, 0)
     if kind == "postgres":  # one statement: parent lookup, leaf write probe, guarded delete
         assert calls["postgres statements"] == 1 + int(explicit)
     else:
@@ -193,7 +205,8 @@ def _next_turn_with_broken(saver: RetainingSaver, thread_id: str, method: str) -
     """Run a turn, stamp a leaf, make `saver.backend.<method>` raise, run a turn; the leaf."""
     graph = build_chat_graph(saver)
     graph.invoke(chat_turn(0), thread_config(thread_id))
-    leaf = write_duration_leaf(saver, thread_id)
+    # Stamped by another process, so admission reads the head before taking it.
+    leaf = write_duration_leaf(saver.inner, thread_id)
     assert leaf is not None
 
     def explode(*args: Any) -> Any:

@@ -91,21 +91,40 @@ def test_reclaiming_read_answers_the_bare_read(
         _check(answer, inner.get_tuple(_root()), parent)
 
 
+@pytest.mark.parametrize("stamped_by", ["another-process", "this-saver"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("kind", KINDS)
 async def test_reclaiming_read_answers_the_bare_read_async(
-    kind: str, shape: str, request: pytest.FixtureRequest
+    kind: str,
+    shape: str,
+    stamped_by: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A leaf stamped through the wrapper is a hint: on Postgres it is taken as the head
+    is read, in one statement without the saver's own read first; the run reads the same."""
     build, inputs = SHAPES[shape]
     async with open_async(kind, request) as inner:
-        graph = build(inner)
+        saver = RetainingSaver(inner)
+        graph = build(saver)
         for value in inputs:
             await graph.ainvoke(value, thread_config(THREAD))
         parent = await inner.aget_tuple(_root())
         checkpoint, metadata = _stamp(parent)
         assert parent is not None
-        await inner.aput(parent.config, checkpoint, metadata, {})
-        saver = RetainingSaver(inner)
+        stamper = saver if stamped_by == "this-saver" else inner
+        await stamper.aput(parent.config, checkpoint, metadata, {})
+        reads: list[RunnableConfig] = []
+        original = inner.aget_tuple
+
+        async def counted(config: RunnableConfig) -> CheckpointTuple | None:
+            reads.append(config)
+            return await original(config)
+
+        monkeypatch.setattr(inner, "aget_tuple", counted)
         answer = await saver.aget_tuple(_admission_read())
+        monkeypatch.undo()
         assert saver.counters.reclaimed == 1
+        hinted = kind == "postgres" and stamped_by == "this-saver"
+        assert len(reads) == (0 if hinted else 1)
         _check(answer, await inner.aget_tuple(_root()), parent)

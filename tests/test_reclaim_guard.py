@@ -8,6 +8,8 @@ whose id sorts first), a write or a newer sibling, rewrite the leaf or its
 parent under the same id, or delete the leaf. For any set of such changes:
 with none, the leaf is taken; with any that breaks a precondition, nothing
 is; and whatever is taken, the rules accept on the facts the backend judged.
+Postgres's take that reads the head as it goes answers, taken or not, what
+the saver's own read answers just after it.
 """
 
 from __future__ import annotations
@@ -103,8 +105,38 @@ def _each_change_alone(test: Any) -> Any:
     return example(set())(test)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_take_is_guarded_by_what_it_proved(kind: str, request: pytest.FixtureRequest) -> None:
+def _take(
+    via: str, backend: Backend, saver: RetainingSaver, thread_id: str, proven: Any, root: Any
+) -> bool:
+    """Take `proven` through `via`; check what it answers besides; whether it was taken."""
+    if via == "reclaim_leaf":
+        facts, skip = backend.run_each(
+            backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset())
+        )
+        if skip is None:
+            verdict = _rules.leaf_verdict(facts, saver.policy, frozenset())
+            assert isinstance(verdict, _rules.Deletion)
+        return skip is None
+    taken, head = backend.run_each(backend.reclaim_and_read(thread_id, proven))
+    bare = saver.inner.get_tuple(root)
+    assert head is not None and bare is not None
+    assert (head.config, head.checkpoint, head.metadata) == (
+        bare.config,
+        bare.checkpoint,
+        bare.metadata,
+    )
+    assert (head.parent_config, head.pending_writes) == (bare.parent_config, bare.pending_writes)
+    return bool(taken)
+
+
+# `reclaim_and_read` is Postgres's alone (`Backend.can_reclaim_and_read`).
+WAYS = [(kind, "reclaim_leaf") for kind in KINDS] + [("postgres", "reclaim_and_read")]
+
+
+@pytest.mark.parametrize(("kind", "via"), WAYS)
+def test_take_is_guarded_by_what_it_proved(
+    kind: str, via: str, request: pytest.FixtureRequest
+) -> None:
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         backend = saver.backend
@@ -135,18 +167,13 @@ def test_take_is_guarded_by_what_it_proved(kind: str, request: pytest.FixtureReq
             for name in sorted(changes, key=lambda n: (n in BREAKING, n == "leaf-gone", n)):
                 {**NEUTRAL, **BREAKING}[name](inner, backend, leaf, parent)
 
-            op = backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset())
-            facts, skip = backend.run_each(op)
-            taken = skip is None
+            taken = _take(via, backend, saver, thread_id, proven, root)
             if taken:
-                assert isinstance(
-                    _rules.leaf_verdict(facts, saver.policy, frozenset()), _rules.Deletion
-                )
                 assert inner.get_tuple(_pinned(leaf)) is None
             if not changes:
                 assert taken
             if changes & set(BREAKING):
-                assert not taken, (changes, skip)
+                assert not taken, changes
                 if "leaf-gone" not in changes:
                     assert inner.get_tuple(_pinned(leaf)) is not None
 

@@ -98,6 +98,8 @@ class Backend(ABC):
     kind: ClassVar[str]
     tables: ClassVar[tuple[str, ...]]
     stores_blobs: ClassVar[bool]
+    # Whether `reclaim_and_read` takes a leaf and reads the head in one round.
+    can_reclaim_and_read: ClassVar[bool] = False
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
@@ -274,6 +276,18 @@ class Backend(ABC):
             return facts, verdict
         taken = yield from self.take_leaf(thread_id, verdict)
         return facts, None if taken else Skip.PRECONDITION_CHANGED
+
+    def reclaim_and_read(
+        self, thread_id: str, leaf: CheckpointNode
+    ) -> Op[tuple[bool, CheckpointTuple | None]]:
+        """Take `leaf` as `reclaim_leaf` does and answer the saver's unpinned read after it.
+
+        For a leaf known before the read (see `_hints`), on a backend that
+        `can_reclaim_and_read` in one round: whether the leaf was taken, and
+        the tuple the saver's own read would answer then, or None to read it
+        through the saver.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot reclaim and read in one round")
 
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
         ns = deletion.checkpoint_ns

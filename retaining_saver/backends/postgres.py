@@ -35,6 +35,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
@@ -47,7 +48,6 @@ from retaining_saver._rules import (
     Graft,
     LeafFacts,
     Lineage,
-    Reason,
     Skip,
 )
 from retaining_saver.backends._base import (
@@ -104,22 +104,20 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
-# Takes one trailing leaf in one statement, so in one transaction. `parent`
-# and `guards` read, once, what the `Deletion` needs besides the leaf's own
-# row: the parent's row, the leaf's write count, whether it has a child, and
-# the two newest ids of the namespace. `taken` deletes the leaf only if every
+# Take one trailing leaf, guarded, inside a statement. `parent` and `guards`
+# read, once, what the `Deletion` needs besides the leaf's own row: the
+# parent's row, the leaf's write count, whether it has a child, and the two
+# newest ids of the namespace. `taken` deletes the leaf only if every
 # precondition holds in them: the leaf row is unchanged (parent, ts,
 # versions), owns no writes, has no child, is the newest with its parent
-# next, and the parent holds the same versions. The SELECT returns one row:
-# the same facts and the leaf's row, from the same snapshot (so from before
-# the delete), and the parent's writes in the saver's own array shape.
+# next, and the parent holds the same versions. Every subquery names its rows
+# by bound id: one index probe each, whatever the thread's length.
 #
-# `synchronous_commit` is off for this statement alone: losing the delete in
-# a crash leaves the leaf, a valid state, and since the WAL is one sequence,
-# the next durable commit (the run's own next checkpoint) makes it durable.
-# Every subquery names its rows by bound id: one index probe each, whatever
-# the thread's length.
-RECLAIM_LEAF_SQL = """
+# Both statements below set `synchronous_commit` off for themselves alone:
+# losing the delete in a crash leaves the leaf, a valid state, and since the
+# WAL is one sequence, the next durable commit (the run's own next
+# checkpoint) makes it durable.
+_TAKE_LEAF_CTES = """
 WITH parent AS (
     SELECT p.parent_checkpoint_id, p.checkpoint, p.metadata
     FROM checkpoints AS p
@@ -158,6 +156,14 @@ WITH parent AS (
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
     RETURNING c.checkpoint_id
 )
+"""
+
+# The take, answering one row: the facts it judged and the leaf's row, from
+# the same snapshot (so from before the delete), and the parent's writes in
+# the saver's own array shape.
+RECLAIM_LEAF_SQL = (
+    _TAKE_LEAF_CTES
+    + """
 SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
     l.checkpoint_id AS leaf_id, l.parent_checkpoint_id AS leaf_parent_id,
     l.checkpoint -> 'channel_versions' AS leaf_channel_versions,
@@ -181,6 +187,29 @@ LEFT JOIN checkpoints AS l
     ON l.thread_id = %(thread_id)s AND l.checkpoint_ns = %(checkpoint_ns)s
         AND l.checkpoint_id = %(leaf_id)s
 """
+)
+
+
+# The take, answering what the saver's own unpinned read would answer right
+# after it: the newest checkpoint but the leaf if it was taken, selected by
+# the saver's own `SELECT_SQL`.
+RECLAIM_AND_READ_SQL = (
+    _TAKE_LEAF_CTES
+    + """
+SELECT head.*, t.taken, t.commit_mode
+FROM (
+    SELECT EXISTS (SELECT 1 FROM taken) AS taken,
+        set_config('synchronous_commit', 'off', true) AS commit_mode
+) AS t
+LEFT JOIN LATERAL ("""
+    + BasePostgresSaver.SELECT_SQL
+    + """
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+        AND (NOT t.taken OR checkpoint_id <> %(leaf_id)s)
+    ORDER BY checkpoint_id DESC LIMIT 1
+) AS head ON true
+"""
+)
 
 # Lets the in-transaction "still childless?" check find children by index
 # instead of scanning the thread. Created by `create_indexes`, not implicitly:
@@ -372,6 +401,42 @@ def _leaf_facts(row: Row, checkpoint_ns: str, leaf_id: str, parent_id: str | Non
     )
 
 
+def _take_params(thread_id: str, leaf: CheckpointNode) -> dict[str, Any]:
+    """The parameters of the guarded take of `leaf`, with the parent it must clone."""
+    return {
+        "thread_id": str(thread_id),
+        "checkpoint_ns": leaf.checkpoint_ns,
+        "leaf_id": leaf.checkpoint_id,
+        "parent_id": leaf.parent_id,
+        "ts": leaf.ts,
+        "channel_versions": Jsonb(dict(leaf.channel_versions)),
+        "versions_seen": Jsonb(dict(leaf.versions_seen)),
+    }
+
+
+def _loaded_tuple(saver: BasePostgresSaver, row: Row) -> CheckpointTuple | None:
+    """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
+
+    Built in place, without the saver's hop to a worker thread for the
+    writes. A row in the pre-v4 format needs the saver's pending-sends
+    migration: None, so that the caller reads it through the saver.
+    """
+    stored: dict[str, Any] = row["checkpoint"]
+    if stored.get("v", 0) < 4:
+        return None
+    config, parent_config = tuple_configs(
+        row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"], row["parent_checkpoint_id"]
+    )
+    values = {**(stored.get("channel_values") or {}), **saver._load_blobs(row["channel_values"])}
+    return CheckpointTuple(
+        config,
+        cast(Checkpoint, {**stored, "channel_values": values}),
+        row["metadata"],
+        parent_config,
+        saver._load_writes(row["pending_writes"]),
+    )
+
+
 def _blob_key(key: BlobKey) -> BlobKey:
     """`key` as the blob table spells it: versions are TEXT."""
     ns, channel, version = key
@@ -384,6 +449,7 @@ class PostgresBackend(Backend):
     kind = "postgres"
     tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
     stores_blobs = True
+    can_reclaim_and_read = True
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers
@@ -482,22 +548,25 @@ class PostgresBackend(Backend):
         answers the facts it judged, so `leaf_verdict` names the reason when
         it took nothing.
         """
-        deletion = _rules.leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
-        params = {
-            "thread_id": str(thread_id),
-            "checkpoint_ns": deletion.checkpoint_ns,
-            "leaf_id": deletion.checkpoint_id,
-            "parent_id": deletion.clone_of,
-            "ts": leaf.ts,
-            "channel_versions": Jsonb(dict(leaf.channel_versions)),
-            "versions_seen": Jsonb(dict(leaf.versions_seen)),
-        }
-        rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
-        facts = _leaf_facts(rows[0], deletion.checkpoint_ns, leaf.checkpoint_id, deletion.clone_of)
+        rows = yield Statement(RECLAIM_LEAF_SQL, _take_params(thread_id, leaf), fetch=True)
+        facts = _leaf_facts(rows[0], leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id)
         if rows[0]["taken"]:
             return facts, None
         verdict = _rules.leaf_verdict(facts, policy, protected)
         return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
+
+    def reclaim_and_read(
+        self, thread_id: str, leaf: CheckpointNode
+    ) -> Op[tuple[bool, CheckpointTuple | None]]:
+        """Take `leaf` as `reclaim_leaf` does and answer the unpinned read after it.
+
+        One statement: the guarded take, then the saver's own read of the
+        newest checkpoint but the leaf if it went, built as the saver builds it.
+        """
+        rows = yield Statement(RECLAIM_AND_READ_SQL, _take_params(thread_id, leaf), fetch=True)
+        row = rows[0]
+        found = None if row["checkpoint_id"] is None else _loaded_tuple(self.saver, row)
+        return bool(row["taken"]), found
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.

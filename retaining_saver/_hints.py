@@ -1,0 +1,72 @@
+"""The duration leaf this process last wrote on each thread, so admission can take it unread.
+
+An app stamps its run history as a duration-only leaf, usually through the
+same saver its graphs run on. Then this saver already knows the leaf the next
+admission read would find at the head: its id, parent, versions, ts and
+metadata. On a backend that takes a leaf and reads the head in one statement
+(`Backend.reclaim_and_read`), that admission read costs one round trip
+instead of two. A hint is only a lead: the rules judge it like any leaf, the
+statement re-checks every precondition of the deletion against the rows, and
+when one fails it answers the head a bare read would answer, from which
+admission goes on as usual.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, get_serializable_checkpoint_metadata
+
+from retaining_saver import _rules
+from retaining_saver._rules import CheckpointNode, RetentionPolicy
+
+
+class LeafHints:
+    """Per thread, the root-namespace checkpoint last put through this saver, if it may
+    be a duration leaf; for the most recent `size` threads."""
+
+    def __init__(self, policy: RetentionPolicy, size: int = 4096) -> None:
+        self._policy = policy
+        self._size = size
+        self._leaves: OrderedDict[str, CheckpointNode] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._leaves)
+
+    def note(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
+        """Remember a put that may be a leaf; forget the thread's hint on any other put."""
+        configurable = config.get("configurable", {})
+        if configurable.get("checkpoint_ns", ""):
+            return  # a subgraph's checkpoint does not move the root head
+        thread_id = str(configurable.get("thread_id"))
+        # As the savers store it: the config's keys merged in, without `writes`.
+        stored = get_serializable_checkpoint_metadata(config, metadata)
+        if not _rules.may_have_marker(stored, self._policy):
+            with self._lock:
+                self._leaves.pop(thread_id, None)
+            return
+        leaf = CheckpointNode(
+            checkpoint_ns="",
+            checkpoint_id=checkpoint["id"],
+            parent_id=configurable.get("checkpoint_id"),
+            channel_versions=dict(checkpoint["channel_versions"]),
+            versions_seen={k: dict(v) for k, v in checkpoint["versions_seen"].items()},
+            write_count=0,
+            metadata=stored,
+            ts=checkpoint["ts"],
+        )
+        with self._lock:
+            self._leaves[thread_id] = leaf
+            self._leaves.move_to_end(thread_id)
+            if len(self._leaves) > self._size:
+                self._leaves.popitem(last=False)
+
+    def take(self, thread_id: str) -> CheckpointNode | None:
+        """The thread's hint, forgotten: it leads one admission at most."""
+        with self._lock:
+            return self._leaves.pop(thread_id, None)

@@ -1,0 +1,151 @@
+"""Leaf hints: the duration leaf this process stamped, taken as the next head is read.
+
+A hint is a lead, never a proof: the rules judge it and the statement re-checks
+every precondition. These tests show what a hint remembers and forgets, where
+it exists at all, and that a hint gone stale (another process wrote to the
+thread since) leaves the run exactly where the saver's own read would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from graphs import build_chat_graph, chat_turn, thread_config
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from savers import open_async, open_sync
+
+from retaining_saver import RetainingSaver, Skip
+from retaining_saver._hints import LeafHints
+from retaining_saver._rules import RetentionPolicy
+from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
+
+STAMP = {"source": "update", "step": 3, "run_durations": {"run": 1.0}, "parents": {}}
+LOOP = {"source": "loop", "step": 4, "parents": {}}
+
+
+def _put(
+    hints: LeafHints, thread_id: str, metadata: dict[str, Any], ns: str = "", parent: str = "p"
+) -> str:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_versions"] = {"said": "00002"}
+    checkpoint["versions_seen"] = {"reply": {"said": "00001"}}
+    config: RunnableConfig = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent},
+        "metadata": {"user": "ada"},
+    }
+    hints.note(config, checkpoint, metadata)
+    return checkpoint["id"]
+
+
+def test_a_stamp_is_remembered_as_the_saver_will_store_it() -> None:
+    hints = LeafHints(RetentionPolicy())
+    leaf_id = _put(hints, "t", {**STAMP, "writes": {"x": 1}})
+    leaf = hints.take("t")
+    assert leaf is not None
+    assert (leaf.checkpoint_id, leaf.parent_id, leaf.checkpoint_ns) == (leaf_id, "p", "")
+    assert leaf.channel_versions == {"said": "00002"}
+    assert leaf.versions_seen == {"reply": {"said": "00001"}}
+    assert leaf.metadata["user"] == "ada" and "writes" not in leaf.metadata
+    assert hints.take("t") is None  # one admission at most
+
+
+def test_any_later_root_put_forgets_the_stamp_and_a_subgraph_put_does_not() -> None:
+    hints = LeafHints(RetentionPolicy())
+    _put(hints, "t", STAMP)
+    _put(hints, "t", LOOP, ns="child:1")
+    assert hints.take("t") is not None
+    _put(hints, "t", STAMP)
+    _put(hints, "t", LOOP)
+    assert hints.take("t") is None
+
+
+def test_hints_are_bounded() -> None:
+    hints = LeafHints(RetentionPolicy(), size=2)
+    for thread_id in ("a", "b", "c"):
+        _put(hints, thread_id, STAMP)
+    assert len(hints) == 2
+    assert hints.take("a") is None and hints.take("c") is not None
+
+
+def test_hints_exist_only_where_a_backend_takes_and_reads_in_one_round(
+    request: pytest.FixtureRequest,
+) -> None:
+    assert RetainingSaver(InMemorySaver()).hints is None
+    with open_sync("sqlite", request) as sqlite_saver:
+        assert RetainingSaver(sqlite_saver).hints is None
+    with open_sync("postgres", request) as postgres_saver:
+        assert RetainingSaver(postgres_saver).hints is not None
+        assert RetainingSaver(postgres_saver, admission="explicit").hints is None
+
+
+def _stale_by_a_write(inner: Any, leaf: dict[str, Any]) -> None:
+    inner.put_writes({"configurable": leaf}, [("said", "late")], "late-task")
+
+
+def _stale_by_another_run(inner: Any, leaf: dict[str, Any]) -> None:
+    build_chat_graph(inner).invoke(chat_turn(1), thread_config("h"))
+
+
+def _stale_by_a_protected_id(inner: Any, leaf: dict[str, Any]) -> None:
+    pass  # the saver below protects the leaf's id
+
+
+STALE = {
+    "write": (_stale_by_a_write, Skip.OWNS_WRITES),
+    "another-run": (_stale_by_another_run, Skip.NOT_MARKED),
+    "protected": (_stale_by_a_protected_id, Skip.PROTECTED),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STALE))
+def test_a_stale_hint_leaves_the_run_where_the_bare_read_would(
+    case: str, request: pytest.FixtureRequest
+) -> None:
+    change, reason = STALE[case]
+    with open_sync("postgres", request) as inner:
+        plain = RetainingSaver(inner)
+        build_chat_graph(plain).invoke(chat_turn(0), thread_config("h"))
+        leaf_id = write_duration_leaf(plain, "h")
+        assert leaf_id is not None
+        protect = [leaf_id] if case == "protected" else []
+        saver = RetainingSaver(inner, protect_checkpoint_ids=protect)
+        saver.hints = plain.hints  # the stamp went through this process
+        leaf = {"thread_id": "h", "checkpoint_ns": "", "checkpoint_id": leaf_id}
+        change(inner, leaf)
+        expected = inner.get_tuple(thread_config("h"))
+        assert expected is not None
+        runtime: RunnableConfig = {
+            "configurable": {**thread_config("h")["configurable"], "__pregel_runtime": object()}
+        }
+        answer = saver.get_tuple(runtime)
+        assert answer is not None
+        assert (answer.config, answer.checkpoint) == (expected.config, expected.checkpoint)
+        assert answer.pending_writes == expected.pending_writes
+        assert saver.counters.reclaimed == 0
+        assert saver.counters.skipped == {reason.value: 1}
+        assert inner.get_tuple({"configurable": leaf}) is not None
+
+
+async def test_async_runs_take_each_stamp_in_one_round(request: pytest.FixtureRequest) -> None:
+    """Ten turns, each stamped through the saver: each admission takes the last stamp."""
+    async with open_async("postgres", request) as inner:
+        saver = RetainingSaver(inner)
+        reads = 0
+        original = inner.aget_tuple
+
+        async def counted(config: RunnableConfig) -> Any:
+            nonlocal reads
+            reads += "__pregel_runtime" in config.get("configurable", {})
+            return await original(config)
+
+        inner.aget_tuple = counted  # type: ignore[method-assign]
+        graph = build_chat_graph(saver)
+        for turn in range(10):
+            state = await graph.ainvoke(chat_turn(turn), thread_config("ten"))
+            await awrite_duration_leaf(saver, "ten")
+        assert state["turns"] == 10
+        assert saver.counters.reclaimed == 9
+        assert reads == 1  # only the first run, with no stamp yet, read before taking
