@@ -18,8 +18,9 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -27,7 +28,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
-from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
+from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
@@ -139,12 +140,14 @@ def _take_hinted(
         yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
     except Exception:
         return (yield Lookup(read_config)), []
-    taken, head = yield Transact(backend.reclaim_and_read(thread_id, leaf), each=True)
+    taken, row = yield Transact(backend.reclaim_and_read(thread_id, leaf), each=True)
     if taken:
         with contextlib.suppress(Exception):
             yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
-    if head is None:
-        head = yield Lookup(read_config)
+    head = None
+    if row is not None:
+        build = partial(backend.read_tuple, row)
+        head = yield from _built_or_read(build, read_config, leaf.checkpoint_id)
     return head, ids if taken else []
 
 
@@ -203,7 +206,8 @@ def _reclaim_stack(
             yield Invalidate(thread_id, node.checkpoint_ns, ids)
         node = facts.parent
         if read and head is not None:
-            head = yield from _successor(backend, head, facts, read_config)
+            build = partial(backend.successor, head, facts)
+            head = yield from _built_or_read(build, read_config, ids[0])
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
         skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
@@ -218,20 +222,21 @@ def _reclaim_stack(
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
 
 
-def _successor(
-    backend: Backend, leaf: CheckpointTuple, facts: LeafFacts, read_config: RunnableConfig
+def _built_or_read(
+    build: Callable[[], CheckpointTuple | None], read_config: RunnableConfig, after: str
 ) -> Flow[CheckpointTuple | None]:
-    """What the run reads once `leaf` is gone: the backend's build, else a fresh read.
+    """What the run reads once checkpoint `after` is gone: `build()`, else a fresh read.
 
-    The leaf is already deleted here, so a failed build must not fail the
-    admission: that would report nothing reclaimed for a leaf that is gone.
+    The checkpoint may already be deleted here, so a failed build must not
+    fail the admission: that would report nothing reclaimed for a leaf that
+    is gone.
     """
     try:
-        built = backend.successor(leaf, facts)
+        built = build()
     except Exception:
         logger.warning(
             "could not build the successor of reclaimed checkpoint %s; reading it instead",
-            leaf.checkpoint["id"],
+            after,
             exc_info=True,
         )
         built = None

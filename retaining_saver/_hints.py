@@ -13,6 +13,7 @@ admission goes on as usual.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -22,6 +23,8 @@ from langgraph.checkpoint.base import Checkpoint, get_serializable_checkpoint_me
 
 from retaining_saver import _rules
 from retaining_saver._rules import CheckpointNode, RetentionPolicy
+
+logger = logging.getLogger("retaining_saver")
 
 
 class LeafHints:
@@ -39,34 +42,50 @@ class LeafHints:
             return len(self._leaves)
 
     def note(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
-        """Remember a put that may be a leaf; forget the thread's hint on any other put."""
+        """Remember a put that may be a leaf; forget the thread's hint on any other put.
+
+        Never raises: the checkpoint is already stored, and a put that cannot
+        be read as a leaf only costs the next admission its shortcut.
+        """
         configurable = config.get("configurable", {})
         if configurable.get("checkpoint_ns", ""):
             return  # a subgraph's checkpoint does not move the root head
         thread_id = str(configurable.get("thread_id"))
+        try:
+            leaf = self._leaf_of(config, checkpoint, metadata)
+        except Exception:
+            logger.debug("put on thread %s is no leaf hint", thread_id, exc_info=True)
+            leaf = None
+        with self._lock:
+            if leaf is None:
+                self._leaves.pop(thread_id, None)
+                return
+            self._leaves[thread_id] = leaf
+            self._leaves.move_to_end(thread_id)
+            if len(self._leaves) > self._size:
+                self._leaves.popitem(last=False)
+
+    def _leaf_of(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any
+    ) -> CheckpointNode | None:
         # As the savers store it: the config's keys merged in, without `writes`.
         stored = get_serializable_checkpoint_metadata(config, metadata)
         if not _rules.may_have_marker(stored, self._policy):
-            with self._lock:
-                self._leaves.pop(thread_id, None)
-            return
-        leaf = CheckpointNode(
+            return None
+        return CheckpointNode(
             checkpoint_ns="",
             checkpoint_id=checkpoint["id"],
-            parent_id=configurable.get("checkpoint_id"),
+            parent_id=config.get("configurable", {}).get("checkpoint_id"),
             channel_versions=dict(checkpoint["channel_versions"]),
             versions_seen={k: dict(v) for k, v in checkpoint["versions_seen"].items()},
             write_count=0,
             metadata=stored,
             ts=checkpoint["ts"],
         )
-        with self._lock:
-            self._leaves[thread_id] = leaf
-            self._leaves.move_to_end(thread_id)
-            if len(self._leaves) > self._size:
-                self._leaves.popitem(last=False)
 
     def take(self, thread_id: str) -> CheckpointNode | None:
         """The thread's hint, forgotten: it leads one admission at most."""
+        if not self._leaves:
+            return None  # every admission read asks; most find none, without the lock
         with self._lock:
             return self._leaves.pop(thread_id, None)

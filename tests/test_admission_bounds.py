@@ -9,6 +9,7 @@ import pytest
 from graphs import build_chat_graph, chat_turn, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
 from savers import KINDS, open_sync
+from spies import Recorder
 
 from retaining_saver import (
     CheckpointNotFoundError,
@@ -31,26 +32,6 @@ def _pinned(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
             "checkpoint_id": checkpoint_id,
         }
     }
-
-
-class Recorder:
-    """Counts an instance's calls by name, without changing its type."""
-
-    def __init__(self, target: Any, names: Sequence[str]) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        for name in names:
-            original = getattr(target, name)
-            setattr(target, name, self._wrap(name, original))
-
-    def _wrap(self, name: str, original: Any) -> Any:
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append((name, args[0] if args else kwargs))
-            return original(*args, **kwargs)
-
-        return recorded
-
-    def count(self, name: str) -> int:
-        return sum(1 for called, _ in self.calls if called == name)
 
 
 def test_runtime_key_is_langgraphs() -> None:
@@ -201,12 +182,17 @@ def test_cache_is_invalidated_before_deletion() -> None:
     assert len(cache) == 0
 
 
-def _next_turn_with_broken(saver: RetainingSaver, thread_id: str, method: str) -> str:
-    """Run a turn, stamp a leaf, make `saver.backend.<method>` raise, run a turn; the leaf."""
+def _next_turn_with_broken(
+    saver: RetainingSaver, thread_id: str, method: str, stamper: Any = None
+) -> str:
+    """Run a turn, stamp a leaf, make `saver.backend.<method>` raise, run a turn; the leaf.
+
+    By default the leaf is stamped by another process (straight to the store),
+    so admission reads the head before taking it.
+    """
     graph = build_chat_graph(saver)
     graph.invoke(chat_turn(0), thread_config(thread_id))
-    # Stamped by another process, so admission reads the head before taking it.
-    leaf = write_duration_leaf(saver.inner, thread_id)
+    leaf = write_duration_leaf(stamper or saver.inner, thread_id)
     assert leaf is not None
 
     def explode(*args: Any) -> Any:
@@ -226,15 +212,19 @@ def test_cleanup_error_is_logged_and_read_proceeds(caplog: pytest.LogCaptureFixt
     assert any("thread e" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("stamped_by", ["another-process", "this-saver"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_failed_successor_build_still_counts_the_reclaim(
-    kind: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+    kind: str, stamped_by: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The leaf is gone once the successor is built: a failed build reads it instead."""
+    """The leaf is gone once the successor is built: a failed build reads it instead.
+    After a stamp through the saver, Postgres builds it from the row its take read."""
     with open_sync(kind, request) as inner:
         events: list[ReclaimEvent] = []
         saver = RetainingSaver(inner, on_reclaim=events.append)
-        leaf = _next_turn_with_broken(saver, "s", "successor")
+        own = stamped_by == "this-saver"
+        builder = "read_tuple" if own and saver.hints is not None else "successor"
+        leaf = _next_turn_with_broken(saver, "s", builder, saver if own else None)
         assert inner.get_tuple(_pinned("s", leaf)) is None
         assert (saver.counters.reclaimed, saver.counters.failed) == (1, 0)
         assert [event.checkpoint_id for event in events] == [leaf]

@@ -24,6 +24,7 @@ from graphs import (
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from savers import KINDS, open_async, open_sync
+from spies import Recorder
 
 from retaining_saver import RetainingSaver
 from retaining_saver._admission import RUNTIME_KEY
@@ -54,11 +55,11 @@ def _stamp(head: CheckpointTuple | None) -> tuple[Any, Any]:
     return _leaf_of(head, "run", 1.0)
 
 
-def _stamp_leaf(inner: BaseCheckpointSaver[Any]) -> CheckpointTuple:
-    head = inner.get_tuple(_root())
+def _stamp_leaf(stamper: BaseCheckpointSaver[Any]) -> CheckpointTuple:
+    head = stamper.get_tuple(_root())
     checkpoint, metadata = _stamp(head)
     assert head is not None
-    inner.put(head.config, checkpoint, metadata, {})
+    stamper.put(head.config, checkpoint, metadata, {})
     return head
 
 
@@ -72,22 +73,26 @@ def _check(answer: CheckpointTuple | None, after: CheckpointTuple | None, parent
     assert answer.pending_writes == after.pending_writes
 
 
+@pytest.mark.parametrize("stamped_by", ["another-process", "this-saver"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("kind", KINDS)
 def test_reclaiming_read_answers_the_bare_read(
-    kind: str, shape: str, request: pytest.FixtureRequest
+    kind: str, shape: str, stamped_by: str, request: pytest.FixtureRequest
 ) -> None:
     build, inputs = SHAPES[shape]
     with open_sync(kind, request) as inner:
-        graph = build(inner)
+        saver = RetainingSaver(inner)
+        graph = build(saver)
         for value in inputs:
             graph.invoke(value, thread_config(THREAD))
-        parent = _stamp_leaf(inner)
+        parent = _stamp_leaf(saver if stamped_by == "this-saver" else inner)
         if shape == "interrupt":
             assert parent.pending_writes, "the parent must own writes for this case"
-        saver = RetainingSaver(inner)
+        reads = Recorder(inner, ["get_tuple"])
         answer = saver.get_tuple(_admission_read())
         assert saver.counters.reclaimed == 1
+        hinted = kind == "postgres" and stamped_by == "this-saver"
+        assert reads.count("get_tuple") == (0 if hinted else 1)
         _check(answer, inner.get_tuple(_root()), parent)
 
 
@@ -99,7 +104,6 @@ async def test_reclaiming_read_answers_the_bare_read_async(
     shape: str,
     stamped_by: str,
     request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A leaf stamped through the wrapper is a hint: on Postgres it is taken as the head
     is read, in one statement without the saver's own read first; the run reads the same."""
@@ -114,17 +118,9 @@ async def test_reclaiming_read_answers_the_bare_read_async(
         assert parent is not None
         stamper = saver if stamped_by == "this-saver" else inner
         await stamper.aput(parent.config, checkpoint, metadata, {})
-        reads: list[RunnableConfig] = []
-        original = inner.aget_tuple
-
-        async def counted(config: RunnableConfig) -> CheckpointTuple | None:
-            reads.append(config)
-            return await original(config)
-
-        monkeypatch.setattr(inner, "aget_tuple", counted)
+        reads = Recorder(inner, ["aget_tuple"])
         answer = await saver.aget_tuple(_admission_read())
-        monkeypatch.undo()
         assert saver.counters.reclaimed == 1
         hinted = kind == "postgres" and stamped_by == "this-saver"
-        assert len(reads) == (0 if hinted else 1)
+        assert reads.count("aget_tuple") == (0 if hinted else 1)
         _check(answer, await inner.aget_tuple(_root()), parent)

@@ -16,6 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from savers import open_async, open_sync
+from spies import Recorder
 
 from retaining_saver import RetainingSaver, Skip
 from retaining_saver._hints import LeafHints
@@ -62,6 +63,14 @@ def test_any_later_root_put_forgets_the_stamp_and_a_subgraph_put_does_not() -> N
     assert hints.take("t") is None
 
 
+def test_a_put_that_reads_as_no_leaf_forgets_the_hint_and_never_raises() -> None:
+    hints = LeafHints(RetentionPolicy())
+    _put(hints, "t", STAMP)
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    hints.note(config, {"id": "odd"}, STAMP)  # type: ignore[typeddict-item]
+    assert hints.take("t") is None
+
+
 def test_hints_are_bounded() -> None:
     hints = LeafHints(RetentionPolicy(), size=2)
     for thread_id in ("a", "b", "c"):
@@ -93,10 +102,17 @@ def _stale_by_a_protected_id(inner: Any, leaf: dict[str, Any]) -> None:
     pass  # the saver below protects the leaf's id
 
 
+def _stale_by_an_unmarked_rewrite(inner: Any, leaf: dict[str, Any]) -> None:
+    stored = inner.get_tuple({"configurable": leaf})
+    inner.put(stored.parent_config, stored.checkpoint, {"source": "loop", "step": 9}, {})
+
+
+# How the hint went stale; why the leaf stays; whether the one-round take is tried.
 STALE = {
-    "write": (_stale_by_a_write, Skip.OWNS_WRITES),
-    "another-run": (_stale_by_another_run, Skip.NOT_MARKED),
-    "protected": (_stale_by_a_protected_id, Skip.PROTECTED),
+    "write": (_stale_by_a_write, Skip.OWNS_WRITES, True),
+    "another-run": (_stale_by_another_run, Skip.NOT_MARKED, True),
+    "unmarked-rewrite": (_stale_by_an_unmarked_rewrite, Skip.NOT_MARKED, True),
+    "protected": (_stale_by_a_protected_id, Skip.PROTECTED, False),
 }
 
 
@@ -104,7 +120,7 @@ STALE = {
 def test_a_stale_hint_leaves_the_run_where_the_bare_read_would(
     case: str, request: pytest.FixtureRequest
 ) -> None:
-    change, reason = STALE[case]
+    change, reason, tried = STALE[case]
     with open_sync("postgres", request) as inner:
         plain = RetainingSaver(inner)
         build_chat_graph(plain).invoke(chat_turn(0), thread_config("h"))
@@ -120,7 +136,9 @@ def test_a_stale_hint_leaves_the_run_where_the_bare_read_would(
         runtime: RunnableConfig = {
             "configurable": {**thread_config("h")["configurable"], "__pregel_runtime": object()}
         }
+        takes = Recorder(saver.backend, ["reclaim_and_read"])
         answer = saver.get_tuple(runtime)
+        assert takes.count("reclaim_and_read") == int(tried)
         assert answer is not None
         assert (answer.config, answer.checkpoint) == (expected.config, expected.checkpoint)
         assert answer.pending_writes == expected.pending_writes
@@ -149,3 +167,28 @@ async def test_async_runs_take_each_stamp_in_one_round(request: pytest.FixtureRe
         assert state["turns"] == 10
         assert saver.counters.reclaimed == 9
         assert reads == 1  # only the first run, with no stamp yet, read before taking
+
+
+def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Only the saver migrates a pre-v4 checkpoint's pending sends: the row is not built."""
+    with open_sync("postgres", request) as inner:
+        saver = RetainingSaver(inner)
+        config: RunnableConfig = {"configurable": {"thread_id": "old", "checkpoint_ns": ""}}
+        for step in range(2):
+            checkpoint = {**empty_checkpoint(), "v": 1}
+            config = inner.put(config, checkpoint, {"source": "loop", "step": step}, {})
+        write_duration_leaf(saver, "old")
+        runtime: RunnableConfig = {
+            "configurable": {**thread_config("old")["configurable"], "__pregel_runtime": object()}
+        }
+        spies = Recorder(saver.backend, ["reclaim_and_read"])
+        reads = Recorder(inner, ["get_tuple"])
+        answer = saver.get_tuple(runtime)
+        assert (spies.count("reclaim_and_read"), reads.count("get_tuple")) == (1, 1)
+        assert saver.counters.reclaimed == 1
+        expected = inner.get_tuple(thread_config("old"))
+        assert answer is not None and expected is not None
+        assert (answer.config, answer.checkpoint) == (expected.config, expected.checkpoint)
+        assert answer.checkpoint["id"] == config["configurable"]["checkpoint_id"]

@@ -4,12 +4,12 @@ Admission proves a leaf reclaimable from the head it read, then takes it in
 one transaction: on memory and SQLite the rules judge rows re-read inside it,
 on Postgres one statement re-checks every precondition of the `Deletion`.
 Between the proof and the take another process may add a child (even one
-whose id sorts first), a write or a newer sibling, rewrite the leaf or its
-parent under the same id, or delete the leaf. For any set of such changes:
-with none, the leaf is taken; with any that breaks a precondition, nothing
-is; and whatever is taken, the rules accept on the facts the backend judged.
-Postgres's take that reads the head as it goes answers, taken or not, what
-the saver's own read answers just after it.
+whose id sorts first), a write or a newer sibling, rewrite the leaf (with or
+without its marker) or its parent under the same id, or delete the leaf. For
+any set of such changes: with none, the leaf is taken; with any that breaks a
+precondition, nothing is; and whatever is taken, the rules accept on the facts
+the backend judged. Postgres's take that reads the head as it goes answers,
+taken or not, what the saver's own read answers just after it.
 """
 
 from __future__ import annotations
@@ -77,6 +77,11 @@ def _delete_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: An
     assert backend.run(backend.delete_checkpoint(_thread(leaf), "", leaf.checkpoint["id"]))
 
 
+def _unmark_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    # Same id, ts and versions: only the metadata tells it is no stamp now.
+    inner.put(leaf.parent_config, leaf.checkpoint, {"source": "loop", "step": 9}, {})
+
+
 def _rewrite_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
     checkpoint = {**leaf.checkpoint, "ts": "2000-01-01T00:00:00+00:00"}
     inner.put(leaf.parent_config, checkpoint, leaf.metadata, {})
@@ -89,6 +94,7 @@ BREAKING: dict[str, Mutation] = {
     "newer-sibling": _add_newer_sibling,
     "parent-changed": _change_parent,
     "leaf-gone": _delete_leaf,
+    "leaf-unmarked": _unmark_leaf,
 }
 # Still a reclaimable clone under the same id: taking it or not are both sound.
 NEUTRAL: dict[str, Mutation] = {"leaf-rewritten": _rewrite_leaf}
@@ -117,7 +123,8 @@ def _take(
             verdict = _rules.leaf_verdict(facts, saver.policy, frozenset())
             assert isinstance(verdict, _rules.Deletion)
         return skip is None
-    taken, head = backend.run_each(backend.reclaim_and_read(thread_id, proven))
+    taken, row = backend.run_each(backend.reclaim_and_read(thread_id, proven))
+    head = backend.read_tuple(row)
     bare = saver.inner.get_tuple(root)
     assert head is not None and bare is not None
     assert (head.config, head.checkpoint, head.metadata) == (

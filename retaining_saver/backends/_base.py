@@ -277,16 +277,19 @@ class Backend(ABC):
         taken = yield from self.take_leaf(thread_id, verdict)
         return facts, None if taken else Skip.PRECONDITION_CHANGED
 
-    def reclaim_and_read(
-        self, thread_id: str, leaf: CheckpointNode
-    ) -> Op[tuple[bool, CheckpointTuple | None]]:
-        """Take `leaf` as `reclaim_leaf` does and answer the saver's unpinned read after it.
+    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
+        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
 
         For a leaf known before the read (see `_hints`), on a backend that
-        `can_reclaim_and_read` in one round: whether the leaf was taken, and
-        the tuple the saver's own read would answer then, or None to read it
-        through the saver.
+        `can_reclaim_and_read`: whether the leaf was taken, and the row of
+        the newest checkpoint then, as the saver reads it (None if none), for
+        `read_tuple`.
         """
+        raise NotImplementedError(f"{type(self).__name__} cannot reclaim and read in one round")
+
+    def read_tuple(self, row: Any) -> CheckpointTuple | None:
+        """The tuple the saver's own read builds from a `reclaim_and_read` row, or None
+        where only the saver itself can build it (read it through the saver then)."""
         raise NotImplementedError(f"{type(self).__name__} cannot reclaim and read in one round")
 
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:

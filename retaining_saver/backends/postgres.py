@@ -109,9 +109,10 @@ ORDER BY c.checkpoint_id DESC LIMIT 1
 # parent's row, the leaf's write count, whether it has a child, and the two
 # newest ids of the namespace. `taken` deletes the leaf only if every
 # precondition holds in them: the leaf row is unchanged (parent, ts,
-# versions), owns no writes, has no child, is the newest with its parent
-# next, and the parent holds the same versions. Every subquery names its rows
-# by bound id: one index probe each, whatever the thread's length.
+# versions, and metadata, so its marker too), owns no writes, has no child,
+# is the newest with its parent next, and the parent holds the same
+# versions. Every subquery names its rows by bound id: one index probe each,
+# whatever the thread's length.
 #
 # Both statements below set `synchronous_commit` off for themselves alone:
 # losing the delete in a crash leaves the leaf, a valid state, and since the
@@ -149,6 +150,7 @@ WITH parent AS (
         AND c.checkpoint ->> 'ts' = %(ts)s
         AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND c.metadata = %(metadata)s
         AND g.leaf_write_count = 0
         AND NOT g.leaf_has_children
         AND g.newest_ids = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
@@ -411,30 +413,8 @@ def _take_params(thread_id: str, leaf: CheckpointNode) -> dict[str, Any]:
         "ts": leaf.ts,
         "channel_versions": Jsonb(dict(leaf.channel_versions)),
         "versions_seen": Jsonb(dict(leaf.versions_seen)),
+        "metadata": Jsonb(dict(leaf.metadata)),
     }
-
-
-def _loaded_tuple(saver: BasePostgresSaver, row: Row) -> CheckpointTuple | None:
-    """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
-
-    Built in place, without the saver's hop to a worker thread for the
-    writes. A row in the pre-v4 format needs the saver's pending-sends
-    migration: None, so that the caller reads it through the saver.
-    """
-    stored: dict[str, Any] = row["checkpoint"]
-    if stored.get("v", 0) < 4:
-        return None
-    config, parent_config = tuple_configs(
-        row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"], row["parent_checkpoint_id"]
-    )
-    values = {**(stored.get("channel_values") or {}), **saver._load_blobs(row["channel_values"])}
-    return CheckpointTuple(
-        config,
-        cast(Checkpoint, {**stored, "channel_values": values}),
-        row["metadata"],
-        parent_config,
-        saver._load_writes(row["pending_writes"]),
-    )
 
 
 def _blob_key(key: BlobKey) -> BlobKey:
@@ -555,18 +535,43 @@ class PostgresBackend(Backend):
         verdict = _rules.leaf_verdict(facts, policy, protected)
         return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
 
-    def reclaim_and_read(
-        self, thread_id: str, leaf: CheckpointNode
-    ) -> Op[tuple[bool, CheckpointTuple | None]]:
-        """Take `leaf` as `reclaim_leaf` does and answer the unpinned read after it.
+    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
+        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one statement.
 
-        One statement: the guarded take, then the saver's own read of the
-        newest checkpoint but the leaf if it went, built as the saver builds it.
+        The read is the saver's own `SELECT_SQL` of the newest checkpoint but
+        the leaf if it went; its row is None for an empty namespace.
         """
         rows = yield Statement(RECLAIM_AND_READ_SQL, _take_params(thread_id, leaf), fetch=True)
         row = rows[0]
-        found = None if row["checkpoint_id"] is None else _loaded_tuple(self.saver, row)
-        return bool(row["taken"]), found
+        return bool(row["taken"]), None if row["checkpoint_id"] is None else row
+
+    def read_tuple(self, row: Any) -> CheckpointTuple | None:
+        """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
+
+        Built in place, without the saver's hop to a worker thread for the
+        writes. A row in the pre-v4 format needs the saver's pending-sends
+        migration: None, so that the caller reads it through the saver.
+        """
+        stored: dict[str, Any] = row["checkpoint"]
+        if stored.get("v", 0) < 4:
+            return None
+        config, parent_config = tuple_configs(
+            row["thread_id"],
+            row["checkpoint_ns"],
+            row["checkpoint_id"],
+            row["parent_checkpoint_id"],
+        )
+        blobs = self.saver._load_blobs(row["channel_values"])
+        return CheckpointTuple(
+            config,
+            cast(
+                Checkpoint,
+                {**stored, "channel_values": {**(stored.get("channel_values") or {}), **blobs}},
+            ),
+            row["metadata"],
+            parent_config,
+            self.saver._load_writes(row["pending_writes"]),
+        )
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.
