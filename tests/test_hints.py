@@ -8,6 +8,7 @@ thread since) leaves the run exactly where the saver's own read would.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -19,9 +20,23 @@ from savers import open_async, open_sync
 from spies import Recorder
 
 from retaining_saver import RetainingSaver, Skip
+from retaining_saver._admission import RUNTIME_KEY
 from retaining_saver._hints import LeafHints
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
+from retaining_saver.testing.checks import aintegrity
+
+
+def _run_read(thread_id: str) -> RunnableConfig:
+    """A LangGraph run's first read of `thread_id`: unpinned, root namespace."""
+    return {"configurable": {**thread_config(thread_id)["configurable"], RUNTIME_KEY: object()}}
+
+
+def _at(thread_id: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {**thread_config(thread_id)["configurable"], "checkpoint_id": checkpoint_id}
+    }
+
 
 STAMP = {"source": "update", "step": 3, "run_durations": {"run": 1.0}, "parents": {}}
 LOOP = {"source": "loop", "step": 4, "parents": {}}
@@ -133,9 +148,7 @@ def test_a_stale_hint_leaves_the_run_where_the_bare_read_would(
         change(inner, leaf)
         expected = inner.get_tuple(thread_config("h"))
         assert expected is not None
-        runtime: RunnableConfig = {
-            "configurable": {**thread_config("h")["configurable"], "__pregel_runtime": object()}
-        }
+        runtime = _run_read("h")
         takes = Recorder(saver.backend, ["reclaim_and_read"])
         answer = saver.get_tuple(runtime)
         assert takes.count("reclaim_and_read") == int(tried)
@@ -156,7 +169,7 @@ async def test_async_runs_take_each_stamp_in_one_round(request: pytest.FixtureRe
 
         async def counted(config: RunnableConfig) -> Any:
             nonlocal reads
-            reads += "__pregel_runtime" in config.get("configurable", {})
+            reads += RUNTIME_KEY in config.get("configurable", {})
             return await original(config)
 
         inner.aget_tuple = counted  # type: ignore[method-assign]
@@ -180,9 +193,7 @@ def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(
             checkpoint = {**empty_checkpoint(), "v": 1}
             config = inner.put(config, checkpoint, {"source": "loop", "step": step}, {})
         write_duration_leaf(saver, "old")
-        runtime: RunnableConfig = {
-            "configurable": {**thread_config("old")["configurable"], "__pregel_runtime": object()}
-        }
+        runtime = _run_read("old")
         spies = Recorder(saver.backend, ["reclaim_and_read"])
         reads = Recorder(inner, ["get_tuple"])
         answer = saver.get_tuple(runtime)
@@ -192,3 +203,33 @@ def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(
         assert answer is not None and expected is not None
         assert (answer.config, answer.checkpoint) == (expected.config, expected.checkpoint)
         assert answer.checkpoint["id"] == config["configurable"]["checkpoint_id"]
+
+
+async def test_a_hinted_take_racing_a_read_first_take_deletes_once(pg_dsn: str) -> None:
+    """Two workers on their own connections admit the same thread at once, one with the
+    stamp's hint (one round) and one without (read, then take): one delete, no failure,
+    and both runs start from the stamp's parent."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    rounds = 30
+    async with (
+        AsyncPostgresSaver.from_conn_string(pg_dsn) as first,
+        AsyncPostgresSaver.from_conn_string(pg_dsn) as second,
+    ):
+        await first.setup()
+        stamping, other = RetainingSaver(first), RetainingSaver(second)
+        await build_chat_graph(stamping).ainvoke(chat_turn(0), thread_config("race"))
+        parent = await first.aget_tuple(thread_config("race"))
+        assert parent is not None
+        parent_id = parent.checkpoint["id"]
+        for _ in range(rounds):
+            leaf_id = await awrite_duration_leaf(stamping, "race")
+            assert leaf_id is not None and stamping.hints is not None
+            reads = (saver.aget_tuple(_run_read("race")) for saver in (stamping, other))
+            answers = await asyncio.gather(*reads)
+            assert [a.checkpoint["id"] if a else None for a in answers] == [parent_id] * 2
+            assert await first.aget_tuple(_at("race", leaf_id)) is None
+        counters = [stamping.counters, other.counters]
+        assert sum(c.reclaimed for c in counters) == rounds
+        assert sum(c.failed for c in counters) == 0
+        assert (await aintegrity(first, "race")).clean
