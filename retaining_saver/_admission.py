@@ -147,7 +147,8 @@ def _take_hinted(
     head = None
     if row is not None:
         build = partial(backend.read_tuple, row)
-        head = yield from _built_or_read(build, read_config, leaf.checkpoint_id)
+        done = "reclaimed" if taken else "kept"
+        head = yield from _built_or_read(build, read_config, f"{done} {leaf.checkpoint_id}")
     return head, ids if taken else []
 
 
@@ -207,7 +208,7 @@ def _reclaim_stack(
         node = facts.parent
         if read and head is not None:
             build = partial(backend.successor, head, facts)
-            head = yield from _built_or_read(build, read_config, ids[0])
+            head = yield from _built_or_read(build, read_config, f"reclaimed {ids[0]}")
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
         skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
@@ -223,20 +224,20 @@ def _reclaim_stack(
 
 
 def _built_or_read(
-    build: Callable[[], CheckpointTuple | None], read_config: RunnableConfig, after: str
+    build: Callable[[], CheckpointTuple | None], read_config: RunnableConfig, leaf: str
 ) -> Flow[CheckpointTuple | None]:
-    """What the run reads once checkpoint `after` is gone: `build()`, else a fresh read.
+    """The head the run reads after the take of `leaf` ("reclaimed ID" or "kept ID"):
+    `build()`, else a fresh read.
 
-    The checkpoint may already be deleted here, so a failed build must not
-    fail the admission: that would report nothing reclaimed for a leaf that
-    is gone.
+    The leaf may already be deleted here, so a failed build must not fail the
+    admission: that would report nothing reclaimed for a leaf that is gone.
     """
     try:
         built = build()
     except Exception:
         logger.warning(
-            "could not build the successor of reclaimed checkpoint %s; reading it instead",
-            after,
+            "could not build the head after the take of checkpoint (%s); reading it instead",
+            leaf,
             exc_info=True,
         )
         built = None
