@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
 from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
-from retaining_saver.backends._base import Backend
+from retaining_saver.backends._base import Backend, OneRoundBackend, Op, T
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
 # tests/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
@@ -133,23 +133,20 @@ def _take_hinted(
     The rules judge the hint as they judge a head. Where the take does not
     happen, the stack meets the head as it is and says why.
     """
-    if _rules.leaf_skip(leaf, policy, protected) is not None or not backend.can_reclaim_and_read:
+    skip = _rules.leaf_skip(leaf, policy, protected)
+    if skip is not None or not isinstance(backend, OneRoundBackend):
         return (yield Lookup(read_config)), []
-    ids = [leaf.checkpoint_id]
-    try:
-        yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
-    except Exception:
+    op = backend.reclaim_and_read(thread_id, leaf)
+    answer = yield from _cache_safe_take(thread_id, leaf, op, lambda answer: answer[0])
+    if answer is None:
         return (yield Lookup(read_config)), []
-    taken, row = yield Transact(backend.reclaim_and_read(thread_id, leaf), each=True)
-    if taken:
-        with contextlib.suppress(Exception):
-            yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+    taken, row = answer
     head = None
     if row is not None:
         build = partial(backend.read_tuple, row)
         done = "reclaimed" if taken else "kept"
         head = yield from _built_or_read(build, read_config, f"{done} {leaf.checkpoint_id}")
-    return head, ids if taken else []
+    return head, [leaf.checkpoint_id] if taken else []
 
 
 def admit_explicit(
@@ -191,24 +188,19 @@ def _reclaim_stack(
     while node is not None and len(reclaimed) < _rules.MAX_STACKED_LEAVES:
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
             break
-        ids = [node.checkpoint_id]
-        try:
-            yield Invalidate(thread_id, node.checkpoint_ns, ids)
-        except Exception:
+        op = backend.reclaim_leaf(thread_id, node, policy, protected)
+        answer = yield from _cache_safe_take(thread_id, node, op, lambda answer: answer[1] is None)
+        if answer is None:
             skip = Skip.CACHE_INVALIDATION_FAILED
             break
-        op = backend.reclaim_leaf(thread_id, node, policy, protected)
-        facts, skip = yield Transact(op, each=True)
+        facts, skip = answer
         if skip is not None:
             break
         reclaimed.append(node.checkpoint_id)
-        with contextlib.suppress(Exception):
-            # A reader may have refilled a cache between the invalidation and the delete.
-            yield Invalidate(thread_id, node.checkpoint_ns, ids)
-        node = facts.parent
+        leaf_id, node = node.checkpoint_id, facts.parent
         if read and head is not None:
             build = partial(backend.successor, head, facts)
-            head = yield from _built_or_read(build, read_config, f"reclaimed {ids[0]}")
+            head = yield from _built_or_read(build, read_config, f"reclaimed {leaf_id}")
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
         skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
@@ -221,6 +213,24 @@ def _reclaim_stack(
             node = yield from _head_node(thread_id, read_config, backend)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
+
+
+def _cache_safe_take(
+    thread_id: str, leaf: CheckpointNode, op: Op[T], taken: Callable[[T], bool]
+) -> Flow[T | None]:
+    """`op`, the take of `leaf`, with every history cache forgetting the leaf before it
+    and again after a take; None, with nothing taken, if the first invalidation fails."""
+    ids = [leaf.checkpoint_id]
+    try:
+        yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+    except Exception:
+        return None
+    answer: T = yield Transact(op, each=True)
+    if taken(answer):
+        with contextlib.suppress(Exception):
+            # A reader may have refilled a cache between the invalidation and the delete.
+            yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+    return answer
 
 
 def _built_or_read(

@@ -4,7 +4,7 @@ An app stamps its run history as a duration-only leaf, usually through the
 same saver its graphs run on. Then this saver already knows the leaf the next
 admission read would find at the head: its id, parent, versions, ts and
 metadata. On a backend that takes a leaf and reads the head in one statement
-(`Backend.reclaim_and_read`), that admission read costs one round trip
+(`OneRoundBackend.reclaim_and_read`), that admission read costs one round trip
 instead of two. A hint is only a lead: the rules judge it like any leaf, the
 statement re-checks every precondition of the deletion against the rows, and
 when one fails it answers the head a bare read would answer, from which

@@ -31,6 +31,7 @@ from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
 from retaining_saver._rules import CheckpointNode, LeafPredicate, RetentionPolicy, Skip
 from retaining_saver.backends import backend_for
+from retaining_saver.backends._base import OneRoundBackend
 
 logger = logging.getLogger("retaining_saver")
 
@@ -162,8 +163,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 stacklevel=2,
             )
         self.performer = Performer(inner, self.backend, self.history_caches)
-        hinting = self.backend is not None and self.backend.can_reclaim_and_read
-        self.hints = LeafHints(self.policy) if hinting and admission == "auto" else None
+        hinting = isinstance(self.backend, OneRoundBackend) and admission == "auto"
+        self.hints = LeafHints(self.policy) if hinting else None
         self.locks = ThreadLocks()
         self._runs = _admission.RunTracker()
         self._counts: Counter[str] = Counter()

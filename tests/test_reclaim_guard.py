@@ -136,7 +136,7 @@ def _take(
     return bool(taken)
 
 
-# `reclaim_and_read` is Postgres's alone (`Backend.can_reclaim_and_read`).
+# `reclaim_and_read` is Postgres's alone (a `OneRoundBackend`).
 WAYS = [(kind, "reclaim_leaf") for kind in KINDS] + [("postgres", "reclaim_and_read")]
 
 

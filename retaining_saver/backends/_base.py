@@ -98,8 +98,6 @@ class Backend(ABC):
     kind: ClassVar[str]
     tables: ClassVar[tuple[str, ...]]
     stores_blobs: ClassVar[bool]
-    # Whether `reclaim_and_read` takes a leaf and reads the head in one round.
-    can_reclaim_and_read: ClassVar[bool] = False
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
@@ -277,21 +275,6 @@ class Backend(ABC):
         taken = yield from self.take_leaf(thread_id, verdict)
         return facts, None if taken else Skip.PRECONDITION_CHANGED
 
-    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
-        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
-
-        For a leaf known before the read (see `_hints`), on a backend that
-        `can_reclaim_and_read`: whether the leaf was taken, and the row of
-        the newest checkpoint then, as the saver reads it (None if none), for
-        `read_tuple`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot reclaim and read in one round")
-
-    def read_tuple(self, row: Any) -> CheckpointTuple | None:
-        """The tuple the saver's own read builds from a `reclaim_and_read` row, or None
-        where only the saver itself can build it (read it through the saver then)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot reclaim and read in one round")
-
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
         ns = deletion.checkpoint_ns
         ids = [deletion.checkpoint_id] + ([deletion.clone_of] if deletion.clone_of else [])
@@ -304,6 +287,27 @@ class Backend(ABC):
         return _rules.deletion_holds(
             deletion, now, has_children=has_children, newest_id=newest, runner_up_id=runner_up
         )
+
+
+class OneRoundBackend(Backend):
+    """A backend that takes a leaf and reads the head after it in one round trip.
+
+    For a leaf known before the read (see `_hints`): the admission read then
+    costs one round instead of a read and a take.
+    """
+
+    @abstractmethod
+    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
+        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
+
+        Answers whether the leaf was taken, and the row of the newest
+        checkpoint then, as the saver reads it (None if none), for `read_tuple`.
+        """
+
+    @abstractmethod
+    def read_tuple(self, row: Any) -> CheckpointTuple | None:
+        """The tuple the saver's own read builds from a `reclaim_and_read` row, or None
+        where only the saver itself can build it (read it through the saver then)."""
 
 
 def tuple_configs(

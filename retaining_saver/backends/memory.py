@@ -29,6 +29,11 @@ from retaining_saver.backends._base import (
 Statement = Callable[[], Any]
 
 
+def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
+    """Whether any of a namespace's saved rows names `checkpoint_id` as its parent."""
+    return checkpoint_id in map(itemgetter(2), rows.values())
+
+
 class MemoryBackend(Backend):
     """Backend over an `InMemorySaver`'s three dicts."""
 
@@ -109,7 +114,7 @@ class MemoryBackend(Backend):
                     return None
                 return self._node(thread_id, checkpoint_ns, checkpoint_id, rows[checkpoint_id])
 
-            has_children = leaf_id in map(itemgetter(2), rows.values())
+            has_children = _names_as_parent(rows, leaf_id)
             return LeafFacts(node(leaf_id), node(parent_id), has_children, newest, runner_up)
 
         facts: LeafFacts = yield statement
@@ -141,7 +146,7 @@ class MemoryBackend(Backend):
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-        found: bool = yield lambda: any(row[2] == checkpoint_id for row in rows.values())
+        found: bool = yield lambda: _names_as_parent(rows, checkpoint_id)
         return found
 
     def newest_id(

@@ -51,8 +51,8 @@ from retaining_saver._rules import (
     Skip,
 )
 from retaining_saver.backends._base import (
-    Backend,
     Integrity,
+    OneRoundBackend,
     Op,
     StorageStats,
     T,
@@ -361,12 +361,17 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
     )
 
 
-def _leaf_facts(row: Row, checkpoint_ns: str, leaf_id: str, parent_id: str | None) -> LeafFacts:
-    """The facts `RECLAIM_LEAF_SQL` read; the parent's row is the successor's.
+def _leaf_facts(row: Row, params: Mapping[str, Any]) -> LeafFacts:
+    """The facts `RECLAIM_LEAF_SQL` read with `params`; the parent's row is the successor's.
 
     The runner-up is read only where it decides anything: when the leaf is
     the newest, it is the second of the two newest ids.
     """
+    checkpoint_ns, leaf_id, parent_id = (
+        params["checkpoint_ns"],
+        params["leaf_id"],
+        params["parent_id"],
+    )
     leaf = parent = successor = None
     if row["leaf_id"] is not None:
         leaf = CheckpointNode(
@@ -391,7 +396,13 @@ def _leaf_facts(row: Row, checkpoint_ns: str, leaf_id: str, parent_id: str | Non
             metadata=row["metadata"] or {},
             ts=stored.get("ts") or "",
         )
-        successor = {**row, "checkpoint_id": parent_id, "pending_writes": writes}
+        successor = {
+            **row,
+            "thread_id": params["thread_id"],
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": parent_id,
+            "pending_writes": writes,
+        }
     newest = row["newest_ids"] or []
     return LeafFacts(
         leaf=leaf,
@@ -423,13 +434,12 @@ def _blob_key(key: BlobKey) -> BlobKey:
     return (ns, channel, str(version))
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(OneRoundBackend):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
     tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
     stores_blobs = True
-    can_reclaim_and_read = True
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers
@@ -528,8 +538,9 @@ class PostgresBackend(Backend):
         answers the facts it judged, so `leaf_verdict` names the reason when
         it took nothing.
         """
-        rows = yield Statement(RECLAIM_LEAF_SQL, _take_params(thread_id, leaf), fetch=True)
-        facts = _leaf_facts(rows[0], leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id)
+        params = _take_params(thread_id, leaf)
+        rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
+        facts = _leaf_facts(rows[0], params)
         if rows[0]["taken"]:
             return facts, None
         verdict = _rules.leaf_verdict(facts, policy, protected)
@@ -552,26 +563,9 @@ class PostgresBackend(Backend):
         writes. A row in the pre-v4 format needs the saver's pending-sends
         migration: None, so that the caller reads it through the saver.
         """
-        stored: dict[str, Any] = row["checkpoint"]
-        if stored.get("v", 0) < 4:
+        if row["checkpoint"].get("v", 0) < 4:
             return None
-        config, parent_config = tuple_configs(
-            row["thread_id"],
-            row["checkpoint_ns"],
-            row["checkpoint_id"],
-            row["parent_checkpoint_id"],
-        )
-        blobs = self.saver._load_blobs(row["channel_values"])
-        return CheckpointTuple(
-            config,
-            cast(
-                Checkpoint,
-                {**stored, "channel_values": {**(stored.get("channel_values") or {}), **blobs}},
-            ),
-            row["metadata"],
-            parent_config,
-            self.saver._load_writes(row["pending_writes"]),
-        )
+        return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]))
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.
@@ -583,15 +577,15 @@ class PostgresBackend(Backend):
         row = facts.successor
         if row is None or row["checkpoint"].get("v", 0) < 4:
             return None
-        shared = {
-            k: v for k, v in leaf.checkpoint["channel_values"].items() if not _stored_inline(v)
-        }
+        values = leaf.checkpoint["channel_values"]
+        return self._tuple_of(row, {k: v for k, v in values.items() if not _stored_inline(v)})
+
+    def _tuple_of(self, row: Row, blob_values: dict[str, Any]) -> CheckpointTuple:
+        """A checkpoint row with its blob-backed values, as `_load_checkpoint_tuple` builds it."""
         stored: dict[str, Any] = row["checkpoint"]
-        values = {**(stored.get("channel_values") or {}), **shared}
-        at = leaf.config["configurable"]
-        config, parent_config = tuple_configs(
-            at["thread_id"], at["checkpoint_ns"], row["checkpoint_id"], row["parent_checkpoint_id"]
-        )
+        ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
+        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
+        values = {**(stored.get("channel_values") or {}), **blob_values}
         return CheckpointTuple(
             config,
             cast(Checkpoint, {**stored, "channel_values": values}),
