@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, History, Invalidate, Lookup, Transact
+from retaining_saver._effects import Flow, History, Invalidate, Lookup, Offload, Transact
 from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend, OneRoundBackend, Op, T
 
@@ -143,10 +143,44 @@ def _take_hinted(
     taken, row = answer
     head = None
     if row is not None:
-        build = partial(backend.read_tuple, row)
+        # Built in place, with no suspension between a committed take and its record.
         done = "reclaimed" if taken else "kept"
+        build = _now(partial(backend.read_tuple, row))
         head = yield from _built_or_read(build, read_config, f"{done} {leaf.checkpoint_id}")
     return head, [leaf.checkpoint_id] if taken else []
+
+
+def read_head(
+    thread_id: str, config: RunnableConfig, backend: Backend | None
+) -> Flow[CheckpointTuple | None]:
+    """The async admission read: what `await inner.aget_tuple(config)` answers.
+
+    Where the saver's own async read deserializes pending writes in a worker
+    thread (`OneRoundBackend.async_read_hops`), a sizable share of its cost,
+    the backend runs the saver's statement and builds the tuple itself, taking
+    that hop only when the head owns writes. Otherwise the saver reads.
+    """
+    if not isinstance(backend, OneRoundBackend) or not backend.async_read_hops:
+        found: CheckpointTuple | None = yield Lookup(config)
+        return found
+    ns = config.get("configurable", {}).get("checkpoint_ns", "")
+    row = yield Transact(backend.head_row(thread_id, ns), each=True)
+    if row is None:
+        return None
+    return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
+
+
+def _tuple_of_row(backend: OneRoundBackend, row: Any) -> Flow[CheckpointTuple | None]:
+    """The tuple the saver builds from `row`; None where only the saver can build it."""
+    load = backend.row_writes(row)
+    writes = [] if load is None else (yield Offload(load))
+    return backend.read_tuple(row, writes)
+
+
+def _now(build: Callable[[], CheckpointTuple | None]) -> Flow[CheckpointTuple | None]:
+    """`build()` as a flow with no effects: it runs in place, whichever the driver."""
+    yield from ()
+    return build()
 
 
 def admit_explicit(
@@ -199,7 +233,7 @@ def _reclaim_stack(
         reclaimed.append(node.checkpoint_id)
         leaf_id, node = node.checkpoint_id, facts.parent
         if read and head is not None:
-            build = partial(backend.successor, head, facts)
+            build = _now(partial(backend.successor, head, facts))
             head = yield from _built_or_read(build, read_config, f"reclaimed {leaf_id}")
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
@@ -234,20 +268,22 @@ def _cache_safe_take(
 
 
 def _built_or_read(
-    build: Callable[[], CheckpointTuple | None], read_config: RunnableConfig, leaf: str
+    build: Flow[CheckpointTuple | None], read_config: RunnableConfig, taken: str | None
 ) -> Flow[CheckpointTuple | None]:
-    """The head the run reads after the take of `leaf` ("reclaimed ID" or "kept ID"):
-    `build()`, else a fresh read.
+    """The head the run reads: what `build` builds, else a fresh read through the saver.
 
-    The leaf may already be deleted here, so a failed build must not fail the
-    admission: that would report nothing reclaimed for a leaf that is gone.
+    After the take of `taken` ("reclaimed ID" or "kept ID") the leaf may
+    already be deleted, so a failed build must not fail the admission: that
+    would report nothing reclaimed for a leaf that is gone.
     """
     try:
-        built = build()
+        built = yield from build
     except Exception:
+        if taken is None:
+            raise
         logger.warning(
             "could not build the head after the take of checkpoint (%s); reading it instead",
-            leaf,
+            taken,
             exc_info=True,
         )
         built = None

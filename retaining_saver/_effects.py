@@ -1,7 +1,7 @@
 """Cleanup written once, as generators of effects, and the two drivers that run them.
 
 Admission cleanup and the retention engine yield small effect values
-(`Lookup`, `Invalidate`, `Transact`) and receive their results. `drive` carries
+(`Lookup`, `Invalidate`, `Transact`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
 the logic has one copy whichever way the caller came in. An effect that fails
 is thrown back into the generator at the point where it was yielded.
@@ -9,7 +9,8 @@ is thrown back into the generator at the point where it was yielded.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import asyncio
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,7 +62,15 @@ class History:
     channels: Sequence[str]
 
 
-Effect = Lookup | Invalidate | Transact | History
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """`call()`, CPU-bound work such as deserializing pending writes; the async
+    driver runs it in a worker thread, as the async savers do."""
+
+    call: Callable[[], Any]
+
+
+Effect = Lookup | Invalidate | Transact | History | Offload
 Flow = Generator[Effect, Any, T]
 
 
@@ -85,6 +94,8 @@ class Performer:
             return self.inner.get_delta_channel_history(
                 config=effect.config, channels=effect.channels
             )
+        if isinstance(effect, Offload):
+            return effect.call()
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:
@@ -105,6 +116,8 @@ class Performer:
             return await self.inner.aget_delta_channel_history(
                 config=effect.config, channels=effect.channels
             )
+        if isinstance(effect, Offload):
+            return await asyncio.to_thread(effect.call)
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:

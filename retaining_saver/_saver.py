@@ -218,7 +218,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         thread_id = str(config["configurable"]["thread_id"])
         head, hinted = None, self._hinted_leaf(thread_id)
         if hinted is None:
-            head = await self.inner.aget_tuple(config)
+            read = _admission.read_head(thread_id, config, self.backend)
+            head = await adrive(read, self.performer)
             if self._nothing_to_reclaim(head, config):
                 return head
         async with self.locks.ahold(thread_id):

@@ -12,7 +12,7 @@ timestamps, task ids).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -226,3 +226,28 @@ def find_snapshot(snapshots: Iterable[StateSnapshot], **values: Any) -> StateSna
         if snapshot.next == () and all(snapshot.values.get(k) == v for k, v in values.items()):
             return snapshot
     raise LookupError(f"no finished snapshot with values {values}")
+
+
+# Thread shapes for exactness tests: the graph, and the inputs of its turns.
+SHAPES: dict[str, tuple[Callable[[Any], CompiledStateGraph], list[Any]]] = {
+    "chat": (build_chat_graph, [chat_turn(i) for i in range(3)]),
+    # The interrupted head owns its `__interrupt__` write: a checkpoint with pending writes.
+    "interrupt": (build_interrupt_graph, [{"topic": "retention"}]),
+    "delta": (build_delta_graph, [delta_turn(i) for i in range(4)]),
+}
+
+
+def run_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
+    """Run every turn of `shape` on `thread_id`."""
+    build, inputs = SHAPES[shape]
+    graph = build(checkpointer)
+    for value in inputs:
+        graph.invoke(value, thread_config(thread_id))
+
+
+async def arun_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
+    """Async `run_shape`."""
+    build, inputs = SHAPES[shape]
+    graph = build(checkpointer)
+    for value in inputs:
+        await graph.ainvoke(value, thread_config(thread_id))

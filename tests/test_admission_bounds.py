@@ -58,7 +58,7 @@ def test_installed_langgraph_marks_only_run_reads() -> None:
 # What one admission may do, by the backend primitive that does it. A round is
 # the parent's lookup with the leaf's write probe, then the guarded delete:
 # `leaf_facts` and `take_leaf` on one transaction, or one statement on Postgres.
-LOOKUPS = ("get_tuple", "head_node")
+LOOKUPS = ("get_tuple", "head_row", "head_node")
 ROUND = ("reclaim_leaf", "leaf_facts", "take_leaf", "reclaim_and_read")
 SCANS = ("list", "load_lineage", "stats", "integrity", "thread_ids", "delete_unreferenced_blobs")
 
@@ -126,10 +126,8 @@ def test_admission_work_is_bounded_and_flat(
         assert (calls["get_tuple"], calls["reclaim_and_read"], calls["reclaim_leaf"]) == (0, 1, 0)
         assert calls["postgres statements"] == 1
         return
-    if explicit:
-        assert (calls["get_tuple"], calls["head_node"]) == (0, 1)
-    else:
-        assert (calls["get_tuple"], calls["head_node"]) == (1, 0)  # the run's own read
+    head_lookups = (calls["get_tuple"], calls["head_row"], calls["head_node"])
+    assert head_lookups == ((0, 0, 1) if explicit else (1, 0, 0))  # or the run's own read
     assert (calls["reclaim_leaf"], calls["reclaim_and_read"]) == (1, 0)
     if kind == "postgres":  # one statement: parent lookup, leaf write probe, guarded delete
         assert calls["postgres statements"] == 1 + int(explicit)

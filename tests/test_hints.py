@@ -164,22 +164,18 @@ async def test_async_runs_take_each_stamp_in_one_round(request: pytest.FixtureRe
     """Ten turns, each stamped through the saver: each admission takes the last stamp."""
     async with open_async("postgres", request) as inner:
         saver = RetainingSaver(inner)
-        reads = 0
-        original = inner.aget_tuple
-
-        async def counted(config: RunnableConfig) -> Any:
-            nonlocal reads
-            reads += RUNTIME_KEY in config.get("configurable", {})
-            return await original(config)
-
-        inner.aget_tuple = counted  # type: ignore[method-assign]
+        reads = Recorder(inner, ["aget_tuple"])
+        ways = Recorder(saver.backend, ["head_row", "reclaim_and_read"])
         graph = build_chat_graph(saver)
         for turn in range(10):
             state = await graph.ainvoke(chat_turn(turn), thread_config("ten"))
             await awrite_duration_leaf(saver, "ten")
         assert state["turns"] == 10
         assert saver.counters.reclaimed == 9
-        assert reads == 1  # only the first run, with no stamp yet, read before taking
+        # Only the first run, with no stamp yet, read the head before taking.
+        assert (ways.count("head_row"), ways.count("reclaim_and_read")) == (1, 9)
+        admission_reads = [c for _, c in reads.calls if RUNTIME_KEY in c["configurable"]]
+        assert admission_reads == []
 
 
 def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, PendingWrite
 
 from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
@@ -290,11 +290,24 @@ class Backend(ABC):
 
 
 class OneRoundBackend(Backend):
-    """A backend that takes a leaf and reads the head after it in one round trip.
+    """A backend that reads the head as its saver does, and can take a leaf in that read.
 
     For a leaf known before the read (see `_hints`): the admission read then
-    costs one round instead of a read and a take.
+    costs one round instead of a read and a take. Where the saver's async read
+    hops to a worker thread to deserialize pending writes, any other async
+    admission read runs the saver's statement here (`head_row`) and builds the
+    tuple as the saver would, hopping only when there are writes.
     """
+
+    @property
+    @abstractmethod
+    def async_read_hops(self) -> bool:
+        """Whether the saver's own async read deserializes pending writes in a worker
+        thread even when there are none."""
+
+    @abstractmethod
+    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
+        """The row the saver's own unpinned read selects, or None for an empty namespace."""
 
     @abstractmethod
     def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
@@ -305,9 +318,16 @@ class OneRoundBackend(Backend):
         """
 
     @abstractmethod
-    def read_tuple(self, row: Any) -> CheckpointTuple | None:
-        """The tuple the saver's own read builds from a `reclaim_and_read` row, or None
-        where only the saver itself can build it (read it through the saver then)."""
+    def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
+        """The deserialization of `row`'s pending writes, or None if it holds none."""
+
+    @abstractmethod
+    def read_tuple(
+        self, row: Any, writes: list[PendingWrite] | None = None
+    ) -> CheckpointTuple | None:
+        """The tuple the saver's own read builds from `row`, with its pending writes
+        deserialized as `writes` (here, if None); or None where only the saver
+        itself can build it (read it through the saver then)."""
 
 
 def tuple_configs(

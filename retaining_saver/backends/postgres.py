@@ -22,17 +22,22 @@ round trip here costs more than a whole bare read's query. The statement
 re-checks every precondition the rules' `Deletion` names and returns the facts
 it judged. Concurrent deletes of one row serialize on its row lock, and the
 loser deletes nothing.
+
+Over `AsyncPostgresSaver`, the async admission read runs the saver's own
+statement here and builds its tuple as `_load_checkpoint_tuple` does. The
+saver deserializes pending writes in a worker thread; so does this read, but
+only when the row holds some, as the hop is a sizable share of a whole read.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
@@ -211,6 +216,12 @@ LEFT JOIN LATERAL ("""
     ORDER BY checkpoint_id DESC LIMIT 1
 ) AS head ON true
 """
+)
+
+# The saver's own unpinned read, to the letter, so that its prepared statement serves both.
+SELECT_HEAD_ROW_SQL = (
+    BasePostgresSaver.SELECT_SQL
+    + "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT 1"
 )
 
 # Lets the in-transaction "still childless?" check find children by index
@@ -546,6 +557,15 @@ class PostgresBackend(OneRoundBackend):
         verdict = _rules.leaf_verdict(facts, policy, protected)
         return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
 
+    @property
+    def async_read_hops(self) -> bool:
+        """True for `AsyncPostgresSaver`; `PostgresSaver` has no async read at all."""
+        return isinstance(self.saver, AsyncPostgresSaver)
+
+    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
+        rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns), fetch=True)
+        return rows[0] if rows else None
+
     def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
         """Take `leaf` as `reclaim_leaf` does and read the head after it, in one statement.
 
@@ -556,16 +576,23 @@ class PostgresBackend(OneRoundBackend):
         row = rows[0]
         return bool(row["taken"]), None if row["checkpoint_id"] is None else row
 
-    def read_tuple(self, row: Any) -> CheckpointTuple | None:
+    def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
+        """`_load_writes` of the row's writes; the async saver runs it in a worker thread."""
+        if not row["pending_writes"]:
+            return None
+        return partial(self.saver._load_writes, row["pending_writes"])
+
+    def read_tuple(
+        self, row: Any, writes: list[PendingWrite] | None = None
+    ) -> CheckpointTuple | None:
         """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
 
-        Built in place, without the saver's hop to a worker thread for the
-        writes. A row in the pre-v4 format needs the saver's pending-sends
-        migration: None, so that the caller reads it through the saver.
+        A row in the pre-v4 format needs the saver's pending-sends migration:
+        None, so that the caller reads it through the saver.
         """
         if row["checkpoint"].get("v", 0) < 4:
             return None
-        return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]))
+        return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]), writes)
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.
@@ -580,7 +607,9 @@ class PostgresBackend(OneRoundBackend):
         values = leaf.checkpoint["channel_values"]
         return self._tuple_of(row, {k: v for k, v in values.items() if not _stored_inline(v)})
 
-    def _tuple_of(self, row: Row, blob_values: dict[str, Any]) -> CheckpointTuple:
+    def _tuple_of(
+        self, row: Row, blob_values: dict[str, Any], writes: list[PendingWrite] | None = None
+    ) -> CheckpointTuple:
         """A checkpoint row with its blob-backed values, as `_load_checkpoint_tuple` builds it."""
         stored: dict[str, Any] = row["checkpoint"]
         ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
@@ -591,7 +620,7 @@ class PostgresBackend(OneRoundBackend):
             cast(Checkpoint, {**stored, "channel_values": values}),
             row["metadata"],
             parent_config,
-            self.saver._load_writes(row["pending_writes"]),
+            self.saver._load_writes(row["pending_writes"]) if writes is None else writes,
         )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
