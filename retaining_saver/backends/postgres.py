@@ -165,9 +165,10 @@ WITH parent AS (
 )
 """
 
-# The take, answering one row: the facts it judged and the leaf's row, from
-# the same snapshot (so from before the delete), and the parent's writes in
-# the saver's own array shape.
+# The take, answering one row: the facts it judged, the parent's writes in
+# the saver's own array shape and, if it took nothing, the leaf's row from the
+# same snapshot. A taken leaf's row matched every field the rules judged: no
+# need to send it back.
 RECLAIM_LEAF_SQL = (
     _TAKE_LEAF_CTES
     + """
@@ -176,8 +177,7 @@ SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
     l.checkpoint -> 'channel_versions' AS leaf_channel_versions,
     l.checkpoint -> 'versions_seen' AS leaf_versions_seen,
     l.checkpoint ->> 'ts' AS leaf_ts, l.metadata AS leaf_metadata,
-    p.parent_checkpoint_id, p.checkpoint, p.metadata,
-    EXISTS (SELECT 1 FROM taken) AS taken,
+    p.parent_checkpoint_id, p.checkpoint, p.metadata, t.taken,
     (
         SELECT array_agg(array[
             w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
@@ -189,9 +189,11 @@ SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
     ) AS parent_pending_writes,
     set_config('synchronous_commit', 'off', true) AS commit_mode
 FROM guards AS g
+CROSS JOIN (SELECT EXISTS (SELECT 1 FROM taken) AS taken) AS t
 LEFT JOIN parent AS p ON true
 LEFT JOIN checkpoints AS l
-    ON l.thread_id = %(thread_id)s AND l.checkpoint_ns = %(checkpoint_ns)s
+    ON NOT t.taken
+        AND l.thread_id = %(thread_id)s AND l.checkpoint_ns = %(checkpoint_ns)s
         AND l.checkpoint_id = %(leaf_id)s
 """
 )
@@ -372,9 +374,10 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
     )
 
 
-def _leaf_facts(row: Row, params: Mapping[str, Any]) -> LeafFacts:
+def _leaf_facts(row: Row, params: Mapping[str, Any], judged: CheckpointNode) -> LeafFacts:
     """The facts `RECLAIM_LEAF_SQL` read with `params`; the parent's row is the successor's.
 
+    A taken leaf's row is `judged`, which the statement found it equal to.
     The runner-up is read only where it decides anything: when the leaf is
     the newest, it is the second of the two newest ids.
     """
@@ -384,7 +387,9 @@ def _leaf_facts(row: Row, params: Mapping[str, Any]) -> LeafFacts:
         params["parent_id"],
     )
     leaf = parent = successor = None
-    if row["leaf_id"] is not None:
+    if row["taken"]:
+        leaf = judged
+    elif row["leaf_id"] is not None:
         leaf = CheckpointNode(
             checkpoint_ns=checkpoint_ns,
             checkpoint_id=leaf_id,
@@ -551,7 +556,7 @@ class PostgresBackend(OneRoundBackend):
         """
         params = _take_params(thread_id, leaf)
         rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
-        facts = _leaf_facts(rows[0], params)
+        facts = _leaf_facts(rows[0], params, leaf)
         if rows[0]["taken"]:
             return facts, None
         verdict = _rules.leaf_verdict(facts, policy, protected)
