@@ -274,7 +274,8 @@ def _built_or_read(
 
     After the take of `taken` ("reclaimed ID" or "kept ID") the leaf may
     already be deleted, so a failed build must not fail the admission: that
-    would report nothing reclaimed for a leaf that is gone.
+    would report nothing reclaimed for a leaf that is gone. With no take
+    (`taken` None) a failed build fails the read, as the saver's own would.
     """
     try:
         built = yield from build
