@@ -74,6 +74,11 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
     )
 
 
+def _namespace(config: RunnableConfig) -> str:
+    ns: str = config.get("configurable", {}).get("checkpoint_ns", "")
+    return ns
+
+
 def run_selectors(config: RunnableConfig) -> frozenset[str]:
     """Checkpoint ids a run's config addresses: its `checkpoint_id` and `checkpoint_map`."""
     configurable = config.get("configurable", {})
@@ -163,8 +168,7 @@ def read_head(
     if not isinstance(backend, OneRoundBackend) or not backend.async_read_hops:
         found: CheckpointTuple | None = yield Lookup(config)
         return found
-    ns = config.get("configurable", {}).get("checkpoint_ns", "")
-    row = yield Transact(backend.head_row(thread_id, ns), each=True)
+    row = yield Transact(backend.head_row(thread_id, _namespace(config)), each=True)
     if row is None:
         return None
     return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
@@ -199,8 +203,8 @@ def admit_explicit(
 def _head_node(
     thread_id: str, config: RunnableConfig, backend: Backend
 ) -> Flow[CheckpointNode | None]:
-    ns = config.get("configurable", {}).get("checkpoint_ns", "")
-    node: CheckpointNode | None = yield Transact(backend.head_node(thread_id, ns), each=True)
+    op = backend.head_node(thread_id, _namespace(config))
+    node: CheckpointNode | None = yield Transact(op, each=True)
     return node
 
 

@@ -24,6 +24,7 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt, StateSnapshot, interrupt
 
+from retaining_saver._admission import RUNTIME_KEY
 from retaining_saver.testing.graphs import extend_all
 
 # Chat graph: `respond` then `summarize`, four checkpoints per turn
@@ -146,6 +147,11 @@ def delta_turn(i: int) -> dict[str, Any]:
 
 def thread_config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
+
+
+def run_read(thread_id: str) -> RunnableConfig:
+    """A LangGraph run's first read of `thread_id`: unpinned, root namespace."""
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", RUNTIME_KEY: object()}}
 
 
 def normalize(value: Any) -> Any:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from graphs import build_chat_graph, chat_turn, thread_config
+from graphs import build_chat_graph, chat_turn, run_read, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
 from savers import KINDS, open_sync
 from spies import Recorder
@@ -102,9 +102,7 @@ def test_admission_work_is_bounded_and_flat(
             for turn in range(turns):
                 graph.invoke(chat_turn(turn), thread_config(thread_id))
                 leaf = write_duration_leaf(stamper, thread_id)
-            config = {
-                "configurable": {**thread_config(thread_id)["configurable"], RUNTIME_KEY: object()}
-            }
+            config = run_read(thread_id)
 
             def admit(
                 thread_id: str = thread_id,

@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from graphs import SHAPES, arun_shape, run_shape
+from graphs import SHAPES, arun_shape, run_read, run_shape
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from savers import KINDS, open_async, open_sync
 from spies import Recorder
 
 from retaining_saver import RetainingSaver
-from retaining_saver._admission import RUNTIME_KEY
 from retaining_saver.testing.leaves import _leaf_of
 
 THREAD = "exact"
@@ -27,10 +26,6 @@ THREAD = "exact"
 
 def _root() -> RunnableConfig:
     return {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
-
-
-def _admission_read() -> RunnableConfig:
-    return {"configurable": {"thread_id": THREAD, "checkpoint_ns": "", RUNTIME_KEY: object()}}
 
 
 def _stamp(head: CheckpointTuple | None) -> tuple[Any, Any]:
@@ -84,7 +79,7 @@ def test_reclaiming_read_answers_the_bare_read(
             assert parent.pending_writes, "the parent must own writes for this case"
         reads = Recorder(inner, ["get_tuple"])
         rows = Recorder(saver.backend, ["head_row"] if kind == "postgres" else [])
-        answer = saver.get_tuple(_admission_read())
+        answer = saver.get_tuple(run_read(THREAD))
         assert saver.counters.reclaimed == 1
         counts = (reads.count("get_tuple"), rows.count("head_row"))
         assert counts == _head_reads(kind, stamped_by, is_async=False)
@@ -112,7 +107,7 @@ async def test_reclaiming_read_answers_the_bare_read_async(
         await stamper.aput(parent.config, checkpoint, metadata, {})
         reads = Recorder(inner, ["aget_tuple"])
         rows = Recorder(saver.backend, ["head_row"] if kind == "postgres" else [])
-        answer = await saver.aget_tuple(_admission_read())
+        answer = await saver.aget_tuple(run_read(THREAD))
         assert saver.counters.reclaimed == 1
         counts = (reads.count("aget_tuple"), rows.count("head_row"))
         assert counts == _head_reads(kind, stamped_by, is_async=True)

@@ -20,6 +20,7 @@ from graphs import (
     build_chat_graph,
     build_interrupt_graph,
     chat_turn,
+    run_read,
     run_shape,
     thread_config,
 )
@@ -29,17 +30,12 @@ from savers import KINDS, open_async, open_sync
 from spies import Recorder
 
 from retaining_saver import RetainingSaver
-from retaining_saver._admission import RUNTIME_KEY
 from retaining_saver.testing import awrite_duration_leaf
 from retaining_saver.testing.leaves import _leaf_of
 
 
 def _root(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-
-
-def _admission_read(thread_id: str) -> RunnableConfig:
-    return {"configurable": {**_root(thread_id)["configurable"], RUNTIME_KEY: object()}}
 
 
 def _threads_loading_writes(saver: Any) -> list[threading.Thread]:
@@ -79,8 +75,8 @@ def test_admission_read_answers_the_bare_read(
         if shape == "interrupt":
             assert bare.pending_writes, "the head must own writes for this case"
         before = saver.counters.attempted
-        _same(saver.get_tuple(_admission_read("plain")), bare)
-        assert saver.get_tuple(_admission_read("empty")) is None
+        _same(saver.get_tuple(run_read("plain")), bare)
+        assert saver.get_tuple(run_read("empty")) is None
         assert (saver.counters.attempted - before, saver.counters.reclaimed) == (2, 0)
 
 
@@ -97,8 +93,8 @@ async def test_admission_read_answers_the_bare_read_async(
         if shape == "interrupt":
             assert bare.pending_writes, "the head must own writes for this case"
         before = saver.counters.attempted
-        _same(await saver.aget_tuple(_admission_read("plain")), bare)
-        assert await saver.aget_tuple(_admission_read("empty")) is None
+        _same(await saver.aget_tuple(run_read("plain")), bare)
+        assert await saver.aget_tuple(run_read("empty")) is None
         assert (saver.counters.attempted - before, saver.counters.reclaimed) == (2, 0)
 
 
@@ -112,10 +108,10 @@ async def test_async_read_deserializes_writes_in_a_worker_thread(
         await build_interrupt_graph(inner).ainvoke({"topic": "retention"}, thread_config("paused"))
         await build_chat_graph(inner).ainvoke(chat_turn(0), thread_config("done"))
         loaded_on.clear()
-        answer = await saver.aget_tuple(_admission_read("paused"))
+        answer = await saver.aget_tuple(run_read("paused"))
         assert answer is not None and answer.pending_writes
         assert len(loaded_on) == 1 and loaded_on[0] is not threading.current_thread()
-        answer = await saver.aget_tuple(_admission_read("done"))
+        answer = await saver.aget_tuple(run_read("done"))
         assert answer is not None and not answer.pending_writes
         assert len(loaded_on) == 1  # nothing to deserialize, no hop
 
@@ -127,7 +123,7 @@ def test_sync_reads_go_through_the_saver(request: pytest.FixtureRequest) -> None
         build_interrupt_graph(inner).invoke({"topic": "retention"}, thread_config("paused"))
         reads = Recorder(inner, ["get_tuple"])
         rows = Recorder(saver.backend, ["head_row"])
-        _same(saver.get_tuple(_admission_read("paused")), inner.get_tuple(_root("paused")))
+        _same(saver.get_tuple(run_read("paused")), inner.get_tuple(_root("paused")))
         assert (reads.count("get_tuple"), rows.count("head_row")) == (2, 0)
 
 
@@ -141,7 +137,7 @@ async def test_a_pre_v4_head_is_read_through_the_saver(request: pytest.FixtureRe
             config = await inner.aput(config, checkpoint, {"source": "loop", "step": step}, {})
         rows = Recorder(saver.backend, ["head_row"])
         reads = Recorder(inner, ["aget_tuple"])
-        answer = await saver.aget_tuple(_admission_read("old"))
+        answer = await saver.aget_tuple(run_read("old"))
         assert (rows.count("head_row"), reads.count("aget_tuple")) == (1, 1)
         _same(answer, await inner.aget_tuple(_root("old")))
 
@@ -153,7 +149,7 @@ async def test_a_sync_saver_still_has_no_async_read(request: pytest.FixtureReque
         with pytest.raises(NotImplementedError):
             await inner.aget_tuple(_root("sync"))
         with pytest.raises(NotImplementedError):
-            await saver.aget_tuple(_admission_read("sync"))
+            await saver.aget_tuple(run_read("sync"))
 
 
 async def test_a_failed_build_fails_the_read_as_the_bare_read_would(
@@ -169,7 +165,7 @@ async def test_a_failed_build_fails_the_read_as_the_bare_read_would(
 
         saver.backend.read_tuple = broken  # type: ignore[method-assign, union-attr]
         with pytest.raises(ValueError, match="cannot build this row"):
-            await saver.aget_tuple(_admission_read("broken"))
+            await saver.aget_tuple(run_read("broken"))
         assert not any("could not build" in r.getMessage() for r in caplog.records)
 
 
@@ -185,7 +181,7 @@ async def test_a_hinted_take_builds_the_head_in_place(request: pytest.FixtureReq
         checkpoint, metadata = _leaf_of(parent, "run", 1.0)
         await saver.aput(parent.config, checkpoint, metadata, {})
         loaded_on = _threads_loading_writes(inner)
-        answer = await saver.aget_tuple(_admission_read("p"))
+        answer = await saver.aget_tuple(run_read("p"))
         assert answer is not None and answer.checkpoint["id"] == parent.checkpoint["id"]
         assert loaded_on == [threading.current_thread()]
         assert [event.checkpoint_id for event in events] == [checkpoint["id"]]
@@ -217,12 +213,12 @@ async def test_admission_read_over_a_pool_and_a_pipeline(mode: str, pg_dsn: str)
         saver = RetainingSaver(inner)
         await arun_shape(saver, "interrupt", "paused")
         _same(
-            await saver.aget_tuple(_admission_read("paused")),
+            await saver.aget_tuple(run_read("paused")),
             await inner.aget_tuple(_root("paused")),
         )
         await arun_shape(saver, "chat", "chat")
         leaf = await awrite_duration_leaf(inner, "chat")
-        answer = await saver.aget_tuple(_admission_read("chat"))
+        answer = await saver.aget_tuple(run_read("chat"))
         assert saver.counters.reclaimed == 1
         assert answer is not None and answer.checkpoint["id"] != leaf
         _same(answer, await inner.aget_tuple(_root("chat")))

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from graphs import build_chat_graph, chat_turn, thread_config
+from graphs import build_chat_graph, chat_turn, run_read, thread_config
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
@@ -25,11 +25,6 @@ from retaining_saver._hints import LeafHints
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.checks import aintegrity
-
-
-def _run_read(thread_id: str) -> RunnableConfig:
-    """A LangGraph run's first read of `thread_id`: unpinned, root namespace."""
-    return {"configurable": {**thread_config(thread_id)["configurable"], RUNTIME_KEY: object()}}
 
 
 def _at(thread_id: str, checkpoint_id: str) -> RunnableConfig:
@@ -148,7 +143,7 @@ def test_a_stale_hint_leaves_the_run_where_the_bare_read_would(
         change(inner, leaf)
         expected = inner.get_tuple(thread_config("h"))
         assert expected is not None
-        runtime = _run_read("h")
+        runtime = run_read("h")
         takes = Recorder(saver.backend, ["reclaim_and_read"])
         answer = saver.get_tuple(runtime)
         assert takes.count("reclaim_and_read") == int(tried)
@@ -189,7 +184,7 @@ def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(
             checkpoint = {**empty_checkpoint(), "v": 1}
             config = inner.put(config, checkpoint, {"source": "loop", "step": step}, {})
         write_duration_leaf(saver, "old")
-        runtime = _run_read("old")
+        runtime = run_read("old")
         spies = Recorder(saver.backend, ["reclaim_and_read"])
         reads = Recorder(inner, ["get_tuple"])
         answer = saver.get_tuple(runtime)
@@ -221,7 +216,7 @@ async def test_a_hinted_take_racing_a_read_first_take_deletes_once(pg_dsn: str) 
         for _ in range(rounds):
             leaf_id = await awrite_duration_leaf(stamping, "race")
             assert leaf_id is not None and stamping.hints is not None
-            reads = (saver.aget_tuple(_run_read("race")) for saver in (stamping, other))
+            reads = (saver.aget_tuple(run_read("race")) for saver in (stamping, other))
             answers = await asyncio.gather(*reads)
             assert [a.checkpoint["id"] if a else None for a in answers] == [parent_id] * 2
             assert await first.aget_tuple(_at("race", leaf_id)) is None
