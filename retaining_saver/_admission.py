@@ -156,18 +156,15 @@ def _take_hinted(
 
 
 def read_head(
-    thread_id: str, config: RunnableConfig, backend: Backend | None
+    thread_id: str, config: RunnableConfig, backend: OneRoundBackend
 ) -> Flow[CheckpointTuple | None]:
-    """The async admission read: what `await inner.aget_tuple(config)` answers.
+    """The async admission read, where the saver's own deserializes pending writes in a
+    worker thread (`OneRoundBackend.async_read_hops`), a sizable share of its cost.
 
-    Where the saver's own async read deserializes pending writes in a worker
-    thread (`OneRoundBackend.async_read_hops`), a sizable share of its cost,
-    the backend runs the saver's statement and builds the tuple itself, taking
-    that hop only when the head owns writes. Otherwise the saver reads.
+    Answers what `await inner.aget_tuple(config)` answers: the backend runs
+    the saver's statement and builds the tuple itself, taking that hop only
+    when the head owns writes.
     """
-    if not isinstance(backend, OneRoundBackend) or not backend.async_read_hops:
-        found: CheckpointTuple | None = yield Lookup(config)
-        return found
     row = yield Transact(backend.head_row(thread_id, _namespace(config)), each=True)
     if row is None:
         return None

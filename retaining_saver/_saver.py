@@ -218,14 +218,19 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         thread_id = str(config["configurable"]["thread_id"])
         head, hinted = None, self._hinted_leaf(thread_id)
         if hinted is None:
-            read = _admission.read_head(thread_id, config, self.backend)
-            head = await adrive(read, self.performer)
+            head = await self._aread_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
                 return head
         async with self.locks.ahold(thread_id):
             flow = self._admission_read(thread_id, config, head, hinted)
             admitted = await adrive(flow, self.performer)
         return self._record(config, admitted)[1]
+
+    async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
+        backend = self.backend
+        if isinstance(backend, OneRoundBackend) and backend.async_read_hops:
+            return await adrive(_admission.read_head(thread_id, config, backend), self.performer)
+        return await self.inner.aget_tuple(config)
 
     def _hinted_leaf(self, thread_id: str) -> CheckpointNode | None:
         return self.hints.take(thread_id) if self.hints is not None else None
