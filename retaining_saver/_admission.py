@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, History, Invalidate, Lookup, Offload, Transact
-from retaining_saver._rules import CheckpointNode, RetentionPolicy, Skip
+from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend, OneRoundBackend, Op, T
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
@@ -224,12 +224,12 @@ def _reclaim_stack(
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
             break
         op = backend.reclaim_leaf(thread_id, node, policy, protected)
-        answer = yield from _cache_safe_take(thread_id, node, op, lambda answer: answer[1] is None)
-        if answer is None:
+        facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
+        if facts is None:
             skip = Skip.CACHE_INVALIDATION_FAILED
             break
-        facts, skip = answer
-        if skip is not None:
+        if isinstance(facts, Skip):
+            skip = facts
             break
         reclaimed.append(node.checkpoint_id)
         leaf_id, node = node.checkpoint_id, facts.parent
@@ -248,6 +248,10 @@ def _reclaim_stack(
             node = yield from _head_node(thread_id, read_config, backend)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
+
+
+def _is_taken(answer: LeafFacts | Skip) -> bool:
+    return isinstance(answer, LeafFacts)
 
 
 def _cache_safe_take(

@@ -6,8 +6,8 @@ lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
 then `leaf_verdict` about the leaf and parent rows it read by primary key.
 Nothing else decides. Backends only re-check, inside the deleting
 transaction, the preconditions a `Deletion` names; Postgres does it in SQL
-(`RECLAIM_LEAF_SQL`), and tests/test_reclaim_guard.py holds that statement to
-`leaf_verdict`.
+(`RECLAIM_LEAF_SQL`), asks `untaken_skip` why when it took nothing, and
+tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
@@ -82,7 +82,9 @@ __all__ = [
     "leaf_skip",
     "leaf_verdict",
     "may_have_marker",
+    "parent_skip",
     "plan_retention",
+    "untaken_skip",
 ]
 
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
@@ -154,6 +156,26 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
     )
 
 
+def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | None:
+    """Why `leaf` cannot go given its `parent` row (None if missing), else None."""
+    if leaf.parent_id is None or parent is None:
+        return Skip.MISSING_PARENT
+    if not is_clone(leaf, parent):
+        return Skip.NOT_A_CLONE
+    return None
+
+
+def untaken_skip(judged: CheckpointNode, parent: CheckpointNode | None) -> Skip:
+    """Why a guarded take of `judged` took nothing, told from the `parent` row it read.
+
+    The take re-checked every precondition of the `Deletion` in one statement
+    and read the parent in the same snapshot. Judged reclaimable before it
+    (`leaf_skip`), the leaf was not taken because of its parent, or because
+    something the rules judged changed meanwhile.
+    """
+    return parent_skip(judged, parent) or Skip.PRECONDITION_CHANGED
+
+
 def leaf_verdict(
     facts: LeafFacts, policy: RetentionPolicy, protected: frozenset[str]
 ) -> Deletion | Skip:
@@ -169,10 +191,9 @@ def leaf_verdict(
         return Skip.PRECONDITION_CHANGED
     if (skip := leaf_skip(leaf, policy, protected)) is not None:
         return skip
-    if leaf.parent_id is None or parent is None:
-        return Skip.MISSING_PARENT
-    if not is_clone(leaf, parent):
-        return Skip.NOT_A_CLONE
+    skip = parent_skip(leaf, parent)
+    if skip is not None or parent is None:  # parent_skip says MISSING_PARENT for None
+        return skip or Skip.MISSING_PARENT
     deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
     holds = deletion_holds(
         deletion,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from graphs import build_chat_graph, build_interrupt_graph, chat_turn, thread_config
+from graphs import build_chat_graph, build_interrupt_graph, chat_turn, run_read, thread_config
 from graphs import visible_history as history
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.types import Command
 from savers import KINDS, open_async, open_sync
 
@@ -159,6 +160,37 @@ def test_duration_link_is_kept(kind: str, request: pytest.FixtureRequest) -> Non
         }
         assert inner.get_tuple(link_config) is not None
         assert saver.counters.reclaimed == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_leaf_kept_for_its_parent_says_why(kind: str, request: pytest.FixtureRequest) -> None:
+    """A head the rules would take but for its parent is kept, the parent named as the
+    reason, by an admission read and by `admit` alike: a parent with other state, and a
+    parent row that is gone."""
+    with open_sync(kind, request) as inner:
+        graph = build_chat_graph(inner)
+        graph.invoke(chat_turn(0), thread_config("differs"))
+        graph.invoke(chat_turn(0), thread_config("orphan"))
+        leaf_id = write_duration_leaf(inner, "orphan")
+        leaf = inner.get_tuple(thread_config("orphan"))
+        assert leaf is not None and leaf.checkpoint["id"] == leaf_id
+        orphan = {**leaf.checkpoint, "id": str(uuid6(clock_seq=-1))}
+        missing_parent = {"configurable": {**thread_config("orphan")["configurable"]}}
+        missing_parent["configurable"].update(checkpoint_ns="", checkpoint_id="0-no-such-row")
+        inner.put(missing_parent, orphan, leaf.metadata, {})  # type: ignore[arg-type]
+        # Any head is marked: the run's own head differs from its parent.
+        differs = RetainingSaver(inner, is_reclaimable_leaf=lambda node: True)
+        for saver, thread_id, skip in (
+            (differs, "differs", Skip.NOT_A_CLONE),
+            (RetainingSaver(inner), "orphan", Skip.MISSING_PARENT),
+        ):
+            head = inner.get_tuple(thread_config(thread_id))
+            assert head is not None
+            assert saver.admit(thread_id).skipped is skip
+            read = saver.get_tuple(run_read(thread_id))
+            assert read is not None and read.checkpoint == head.checkpoint
+            assert saver.counters.skipped == {skip.value: 2}
+            assert saver.counters.reclaimed == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)

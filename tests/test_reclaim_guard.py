@@ -116,13 +116,13 @@ def _take(
 ) -> bool:
     """Take `proven` through `via`; check what it answers besides; whether it was taken."""
     if via == "reclaim_leaf":
-        facts, skip = backend.run_each(
+        answer = backend.run_each(
             backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset())
         )
-        if skip is None:
-            verdict = _rules.leaf_verdict(facts, saver.policy, frozenset())
+        if isinstance(answer, _rules.LeafFacts):
+            verdict = _rules.leaf_verdict(answer, saver.policy, frozenset())
             assert isinstance(verdict, _rules.Deletion)
-        return skip is None
+        return isinstance(answer, _rules.LeafFacts)
     taken, row = backend.run_each(backend.reclaim_and_read(thread_id, proven))
     head = backend.read_tuple(row)
     bare = saver.inner.get_tuple(root)

@@ -26,6 +26,7 @@ from retaining_saver._rules import (
     is_duration_marker,
     leaf_skip,
     plan_retention,
+    untaken_skip,
 )
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -979,6 +980,32 @@ def test_deletion_holds(change: str, holds: bool) -> None:
         deletion, rows, has_children=has_children, newest_id=newest, runner_up_id=runner_up
     )
     assert verdict is holds
+
+
+@pytest.mark.parametrize(
+    ("parent_row", "skip"),
+    [
+        ("clone", Skip.PRECONDITION_CHANGED),
+        ("state-differs", Skip.NOT_A_CLONE),
+        ("not-its-parent", Skip.NOT_A_CLONE),
+        ("gone", Skip.MISSING_PARENT),
+        ("leaf-names-none", Skip.MISSING_PARENT),
+    ],
+)
+def test_untaken_skip_is_told_from_the_parent_row(parent_row: str, skip: Skip) -> None:
+    """A guarded take that took nothing: the parent row it read says why, else a race."""
+    deletion, rows = leaf_deletion_rows()
+    leaf, parent = rows[deletion.checkpoint_id], rows[str(deletion.clone_of)]
+    found: CheckpointNode | None = parent
+    if parent_row == "state-differs":
+        found = _bump(parent)
+    elif parent_row == "not-its-parent":
+        found = replace(parent, checkpoint_id="00000000")
+    elif parent_row == "gone":
+        found = None
+    elif parent_row == "leaf-names-none":
+        leaf = replace(leaf, parent_id=None)
+    assert untaken_skip(leaf, found) is skip
 
 
 def test_deletion_holds_for_consumed_writes_only() -> None:

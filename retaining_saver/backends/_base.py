@@ -261,19 +261,19 @@ class Backend(ABC):
         leaf: CheckpointNode,
         policy: RetentionPolicy,
         protected: frozenset[str],
-    ) -> Op[tuple[LeafFacts, Skip | None]]:
+    ) -> Op[LeafFacts | Skip]:
         """Delete `leaf` if `leaf_verdict` allows it on the rows as they are now.
 
-        Answers the facts read and None, or the reason nothing was deleted.
+        Answers the facts of the leaf taken, or the reason nothing was deleted.
         """
         facts = yield from self.leaf_facts(
             thread_id, leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id
         )
         verdict = _rules.leaf_verdict(facts, policy, protected)
         if isinstance(verdict, Skip):
-            return facts, verdict
+            return verdict
         taken = yield from self.take_leaf(thread_id, verdict)
-        return facts, None if taken else Skip.PRECONDITION_CHANGED
+        return facts if taken else Skip.PRECONDITION_CHANGED
 
     def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
         ns = deletion.checkpoint_ns

@@ -19,9 +19,10 @@ that check is not seen by it.
 
 Admission takes a leaf in one statement, with no explicit transaction: a
 round trip here costs more than a whole bare read's query. The statement
-re-checks every precondition the rules' `Deletion` names and returns the facts
-it judged. Concurrent deletes of one row serialize on its row lock, and the
-loser deletes nothing.
+re-checks every precondition the rules' `Deletion` names and answers whether
+it took the leaf, with the parent's row; when it took nothing, the rules tell
+why from that row. Concurrent deletes of one row serialize on its row lock, and
+the loser deletes nothing.
 
 Over `AsyncPostgresSaver`, the async admission read runs the saver's own
 statement here and builds its tuple as `_load_checkpoint_tuple` does. The
@@ -109,15 +110,16 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
-# Take one trailing leaf, guarded, inside a statement. `parent` and `guards`
-# read, once, what the `Deletion` needs besides the leaf's own row: the
-# parent's row, the leaf's write count, whether it has a child, and the two
-# newest ids of the namespace. `taken` deletes the leaf only if every
-# precondition holds in them: the leaf row is unchanged (parent, ts,
-# versions, and metadata, so its marker too), owns no writes, has no child,
-# is the newest with its parent next, and the parent holds the same
-# versions. Every subquery names its rows by bound id: one index probe each,
-# whatever the thread's length.
+# Take one trailing leaf, guarded, inside a statement. `parent` reads the
+# parent's row once; `taken` deletes the leaf only if every precondition of
+# the `Deletion` holds: the leaf row is unchanged (parent, ts, versions, and
+# metadata, so its marker too), the parent holds the same versions, the leaf
+# owns no writes and has no child, and it is the newest with its parent next.
+# Every subquery names its rows by bound id: one index probe each, whatever
+# the thread's length. The guards sit in the DELETE itself and the answer
+# carries no facts for a take that failed: each plan node costs executor
+# time on every run, and a run that took nothing learns why from the parent
+# row alone (`untaken_skip`).
 #
 # Both statements below set `synchronous_commit` off for themselves alone:
 # losing the delete in a crash leaves the leaf, a valid state, and since the
@@ -129,26 +131,9 @@ WITH parent AS (
     FROM checkpoints AS p
     WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
         AND p.checkpoint_id = %(parent_id)s
-), guards AS (
-    SELECT
-        (
-            SELECT count(*) FROM checkpoint_writes AS w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-                AND w.checkpoint_id = %(leaf_id)s
-        ) AS leaf_write_count,
-        EXISTS (
-            SELECT 1 FROM checkpoints AS k
-            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
-                AND k.parent_checkpoint_id = %(leaf_id)s
-        ) AS leaf_has_children,
-        ARRAY(
-            SELECT n.checkpoint_id FROM checkpoints AS n
-            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
-            ORDER BY n.checkpoint_id DESC LIMIT 2
-        ) AS newest_ids
 ), taken AS (
     DELETE FROM checkpoints AS c
-    USING guards AS g, parent AS p
+    USING parent AS p
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
         AND c.checkpoint_id = %(leaf_id)s
         AND c.parent_checkpoint_id = %(parent_id)s
@@ -156,28 +141,33 @@ WITH parent AS (
         AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
         AND c.metadata = %(metadata)s
-        AND g.leaf_write_count = 0
-        AND NOT g.leaf_has_children
-        AND g.newest_ids = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
         AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoint_writes AS w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+                AND w.checkpoint_id = %(leaf_id)s
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS k
+            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
+                AND k.parent_checkpoint_id = %(leaf_id)s
+        )
+        AND ARRAY(
+            SELECT n.checkpoint_id FROM checkpoints AS n
+            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
+            ORDER BY n.checkpoint_id DESC LIMIT 2
+        ) = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
     RETURNING c.checkpoint_id
 )
 """
 
-# The take, answering one row: the facts it judged, the parent's writes in
-# the saver's own array shape and, if it took nothing, the leaf's row from the
-# same snapshot. A taken leaf's row matched every field the rules judged: no
-# need to send it back.
+# The take, answering one row: whether it took the leaf, and the parent's
+# row with its writes in the saver's own array shape, from the same snapshot.
 RECLAIM_LEAF_SQL = (
     _TAKE_LEAF_CTES
     + """
-SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
-    l.checkpoint_id AS leaf_id, l.parent_checkpoint_id AS leaf_parent_id,
-    l.checkpoint -> 'channel_versions' AS leaf_channel_versions,
-    l.checkpoint -> 'versions_seen' AS leaf_versions_seen,
-    l.checkpoint ->> 'ts' AS leaf_ts, l.metadata AS leaf_metadata,
-    p.parent_checkpoint_id, p.checkpoint, p.metadata, t.taken,
+SELECT t.taken, p.parent_checkpoint_id, p.checkpoint, p.metadata,
     (
         SELECT array_agg(array[
             w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
@@ -188,13 +178,8 @@ SELECT g.leaf_write_count, g.leaf_has_children, g.newest_ids,
             AND w.checkpoint_id = %(parent_id)s
     ) AS parent_pending_writes,
     set_config('synchronous_commit', 'off', true) AS commit_mode
-FROM guards AS g
-CROSS JOIN (SELECT EXISTS (SELECT 1 FROM taken) AS taken) AS t
+FROM (SELECT EXISTS (SELECT 1 FROM taken) AS taken) AS t
 LEFT JOIN parent AS p ON true
-LEFT JOIN checkpoints AS l
-    ON NOT t.taken
-        AND l.thread_id = %(thread_id)s AND l.checkpoint_ns = %(checkpoint_ns)s
-        AND l.checkpoint_id = %(leaf_id)s
 """
 )
 
@@ -374,58 +359,41 @@ def _node(row: Row, write_count: int) -> CheckpointNode:
     )
 
 
-def _leaf_facts(row: Row, params: Mapping[str, Any], judged: CheckpointNode) -> LeafFacts:
-    """The facts `RECLAIM_LEAF_SQL` read with `params`; the parent's row is the successor's.
-
-    A taken leaf's row is `judged`, which the statement found it equal to.
-    The runner-up is read only where it decides anything: when the leaf is
-    the newest, it is the second of the two newest ids.
-    """
-    checkpoint_ns, leaf_id, parent_id = (
-        params["checkpoint_ns"],
-        params["leaf_id"],
-        params["parent_id"],
+def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
+    """The parent's node from a `RECLAIM_LEAF_SQL` row read with `params`; None if missing."""
+    stored = row["checkpoint"]
+    if params["parent_id"] is None or stored is None:
+        return None
+    return CheckpointNode(
+        checkpoint_ns=params["checkpoint_ns"],
+        checkpoint_id=params["parent_id"],
+        parent_id=row["parent_checkpoint_id"],
+        channel_versions=stored.get("channel_versions") or {},
+        versions_seen=stored.get("versions_seen") or {},
+        write_count=len(row["parent_pending_writes"] or ()),
+        metadata=row["metadata"] or {},
+        ts=stored.get("ts") or "",
     )
-    leaf = parent = successor = None
-    if row["taken"]:
-        leaf = judged
-    elif row["leaf_id"] is not None:
-        leaf = CheckpointNode(
-            checkpoint_ns=checkpoint_ns,
-            checkpoint_id=leaf_id,
-            parent_id=row["leaf_parent_id"],
-            channel_versions=row["leaf_channel_versions"] or {},
-            versions_seen=row["leaf_versions_seen"] or {},
-            write_count=row["leaf_write_count"],
-            metadata=row["leaf_metadata"] or {},
-            ts=row["leaf_ts"] or "",
-        )
-    if parent_id is not None and (stored := row["checkpoint"]) is not None:
-        writes = row["parent_pending_writes"] or []
-        parent = CheckpointNode(
-            checkpoint_ns=checkpoint_ns,
-            checkpoint_id=parent_id,
-            parent_id=row["parent_checkpoint_id"],
-            channel_versions=stored.get("channel_versions") or {},
-            versions_seen=stored.get("versions_seen") or {},
-            write_count=len(writes),
-            metadata=row["metadata"] or {},
-            ts=stored.get("ts") or "",
-        )
-        successor = {
-            **row,
-            "thread_id": params["thread_id"],
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": parent_id,
-            "pending_writes": writes,
-        }
-    newest = row["newest_ids"] or []
+
+
+def _taken_facts(row: Row, params: Mapping[str, Any], leaf: CheckpointNode) -> LeafFacts:
+    """What the take of `leaf` proved before it deleted it; the parent's row is the successor's.
+
+    The leaf's row was `leaf`, childless and the newest, its parent next.
+    """
+    successor = {
+        **row,
+        "thread_id": params["thread_id"],
+        "checkpoint_ns": params["checkpoint_ns"],
+        "checkpoint_id": params["parent_id"],
+        "pending_writes": row["parent_pending_writes"] or [],
+    }
     return LeafFacts(
         leaf=leaf,
-        parent=parent,
-        has_children=row["leaf_has_children"],
-        newest_id=newest[0] if newest else None,
-        runner_up_id=newest[1] if len(newest) > 1 and newest[0] == leaf_id else None,
+        parent=_parent_of(row, params),
+        has_children=False,
+        newest_id=leaf.checkpoint_id,
+        runner_up_id=leaf.parent_id,
         successor=successor,
     )
 
@@ -547,20 +515,17 @@ class PostgresBackend(OneRoundBackend):
         leaf: CheckpointNode,
         policy: RetentionPolicy,
         protected: frozenset[str],
-    ) -> Op[tuple[LeafFacts, Skip | None]]:
+    ) -> Op[LeafFacts | Skip]:
         """Carry out the rules' deletion of `leaf` in one guarded statement.
 
-        The statement re-checks every precondition of the `Deletion` and
-        answers the facts it judged, so `leaf_verdict` names the reason when
-        it took nothing.
+        The statement re-checks every precondition of the `Deletion`; when it
+        took nothing, `untaken_skip` names the reason from the parent's row.
         """
         params = _take_params(thread_id, leaf)
         rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
-        facts = _leaf_facts(rows[0], params, leaf)
         if rows[0]["taken"]:
-            return facts, None
-        verdict = _rules.leaf_verdict(facts, policy, protected)
-        return facts, verdict if isinstance(verdict, Skip) else Skip.PRECONDITION_CHANGED
+            return _taken_facts(rows[0], params, leaf)
+        return _rules.untaken_skip(leaf, _parent_of(rows[0], params))
 
     @property
     def async_read_hops(self) -> bool:
