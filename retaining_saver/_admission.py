@@ -4,12 +4,13 @@ The admission read itself is the head lookup; an explicit `admit` looks the
 head up without its channel values. A head that is not shaped like a duration
 leaf ends admission there. Otherwise each round (one per stacked leaf, at most
 `MAX_STACKED_LEAVES`) invalidates the history caches for the leaf, then runs
-the backend's `reclaim_leaf`: one read of the leaf, its parent, the leaf's
-writes and its guards by primary key, the rules' verdict, and one guarded
-delete. The run is answered with the parent, built from the rows that round
-read. It never lists the thread, scans writes, gathers statistics or collects
-blobs: a reclaimed leaf clones its parent, which references every blob the
-leaf did.
+the backend's `reclaim_leaf`: the leaf, its parent, the leaf's writes and its
+guards read by primary key and judged by the rules, then one guarded delete
+(on Postgres one statement that re-checks them all, the rules naming the
+reason when it took nothing). The run is answered with the parent, built
+from the rows that round read. It never lists the thread, scans writes,
+gathers statistics or collects blobs: a reclaimed leaf clones its parent,
+which references every blob the leaf did.
 """
 
 from __future__ import annotations

@@ -93,8 +93,7 @@ class LeafFacts:
         parent: The row of the leaf's parent; None if gone (or the leaf is).
         has_children: Whether any checkpoint names the leaf as its parent.
         newest_id: The newest checkpoint id of the leaf's namespace.
-        runner_up_id: The newest id below the leaf's; a backend may leave it
-            None when the leaf is not the newest, where it decides nothing.
+        runner_up_id: The newest id below the leaf's; None if there is none.
         successor: The parent's stored row, in the backend's own shape, from
             which it answers the read the run makes once the leaf is gone.
     """

@@ -165,14 +165,21 @@ def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | N
     return None
 
 
-def untaken_skip(judged: CheckpointNode, parent: CheckpointNode | None) -> Skip:
-    """Why a guarded take of `judged` took nothing, told from the `parent` row it read.
+def untaken_skip(
+    judged: CheckpointNode, parent: CheckpointNode | None, *, leaf_as_judged: bool
+) -> Skip:
+    """Why a guarded take of `judged` took nothing, told from the rows it read.
 
     The take re-checked every precondition of the `Deletion` in one statement
-    and read the parent in the same snapshot. Judged reclaimable before it
-    (`leaf_skip`), the leaf was not taken because of its parent, or because
-    something the rules judged changed meanwhile.
+    and read, in the same snapshot, the `parent` row and whether the leaf's
+    row was still `judged` (`leaf_as_judged`). Judged reclaimable before it
+    (`leaf_skip`), a leaf still as judged was not taken because of its
+    parent, or because something else changed meanwhile (a write, a child, a
+    newer checkpoint). A leaf gone or rewritten says nothing about its parent:
+    the thread changed under the admission, which reads its head again.
     """
+    if not leaf_as_judged:
+        return Skip.PRECONDITION_CHANGED
     return parent_skip(judged, parent) or Skip.PRECONDITION_CHANGED
 
 

@@ -193,6 +193,41 @@ def test_a_leaf_kept_for_its_parent_says_why(kind: str, request: pytest.FixtureR
             assert saver.counters.reclaimed == 0
 
 
+@pytest.mark.parametrize("way", ["admission-read", "admit"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_leaves_another_worker_took_first_are_not_handed_out(
+    kind: str, way: str, request: pytest.FixtureRequest
+) -> None:
+    """Stacked leaves L2 on L1 on the run's head R. Worker B reads L2; before its take,
+    worker A takes L2 and L1. B's take finds neither the leaf nor its parent: B must not
+    call the parent missing and start the run from L2, but read the head again, R."""
+    with open_sync(kind, request) as inner:
+        build_chat_graph(inner).invoke(chat_turn(0), thread_config("stack"))
+        run_head = inner.get_tuple(thread_config("stack"))
+        assert run_head is not None
+        lower = write_duration_leaf(inner, "stack", "r1")
+        upper = write_duration_leaf(inner, "stack", "r2")
+        first = RetainingSaver(inner)
+        second = RetainingSaver(inner, retry_unpinned_reads=False)  # no rescue by a re-read
+        assert second.backend is not None
+        won = []
+        take = second.backend.reclaim_leaf
+
+        def first_wins_meanwhile(*args: Any) -> Any:
+            if not won:
+                won.append(first.admit("stack"))
+            return take(*args)
+
+        second.backend.reclaim_leaf = first_wins_meanwhile  # type: ignore[method-assign]
+        if way == "admit":
+            assert second.admit("stack").head_id == run_head.checkpoint["id"]
+        else:
+            read = second.get_tuple(run_read("stack"))
+            assert read is not None and read.checkpoint == run_head.checkpoint
+        assert won[0].reclaimed == (upper, lower)
+        assert second.counters.skipped == {Skip.PRECONDITION_CHANGED.value: 1}
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_interrupt_then_resume_with_leaf(kind: str, request: pytest.FixtureRequest) -> None:
     with open_sync(kind, request) as wrapped_inner, open_sync("memory", request) as bare:

@@ -178,6 +178,40 @@ def test_cache_is_invalidated_before_deletion() -> None:
     assert len(cache) == 0
 
 
+def test_cache_refilled_during_the_take_is_invalidated_again() -> None:
+    """A reader may refill a cache between the first invalidation and the delete."""
+    inner = InMemorySaver()
+    cache = DeltaHistoryCache()
+    saver = RetainingSaver(inner, history_caches=[cache])
+    build_chat_graph(saver).invoke(chat_turn(0), thread_config("c"))
+    leaf = write_duration_leaf(saver, "c")
+    assert saver.backend is not None
+    take = saver.backend.reclaim_leaf
+
+    def refill_then_take(*args: Any) -> Any:
+        saver.get_delta_channel_history(config=_pinned("c", leaf), channels=["messages"])
+        assert len(cache) == 1
+        return (yield from take(*args))
+
+    saver.backend.reclaim_leaf = refill_then_take  # type: ignore[method-assign]
+    assert saver.admit("c").reclaimed == (leaf,)
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stack_ends_at_a_leaf_with_writes(kind: str, request: pytest.FixtureRequest) -> None:
+    """Under the leaf taken, a stacked leaf that owns writes ends the stack, named as such."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        build_chat_graph(inner).invoke(chat_turn(0), thread_config("w"))
+        lower = write_duration_leaf(inner, "w", "r1")
+        inner.put_writes(_pinned("w", lower), [("said", "late")], "late-task")
+        upper = write_duration_leaf(inner, "w", "r2")
+        result = saver.admit("w")
+        assert (result.reclaimed, result.skipped, result.head_id) == ((upper,), None, lower)
+        assert saver.counters.skipped == {}
+
+
 def _next_turn_with_broken(
     saver: RetainingSaver, thread_id: str, method: str, stamper: Any = None
 ) -> str:

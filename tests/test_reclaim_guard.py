@@ -5,7 +5,8 @@ one transaction: on memory and SQLite the rules judge rows re-read inside it,
 on Postgres one statement re-checks every precondition of the `Deletion`.
 Between the proof and the take another process may add a child (even one
 whose id sorts first), a write or a newer sibling, rewrite the leaf (with or
-without its marker) or its parent under the same id, or delete the leaf. For
+without its marker, or with other state) or its parent under the same id,
+re-parent the leaf, or delete it. For
 any set of such changes: with none, the leaf is taken; with any that breaks a
 precondition, nothing is; and whatever is taken, the rules accept on the facts
 the backend judged. Postgres's take that reads the head as it goes answers,
@@ -73,6 +74,38 @@ def _change_parent(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: 
     inner.put(parent.parent_config, checkpoint, parent.metadata, {})
 
 
+def _rewritten(of: CheckpointTuple, key: str) -> dict[str, Any]:
+    """`of`'s checkpoint under its own id, with one entry of `key`'s map changed."""
+    checkpoint = dict(of.checkpoint)
+    if key == "channel_versions":
+        versions = dict(checkpoint[key])
+        channel = min(versions)
+        versions[channel] = f"{versions[channel]}.rewritten"
+        checkpoint[key] = versions
+    else:
+        checkpoint[key] = {**checkpoint[key], "rewriter": {"__start__": "1"}}
+    return checkpoint
+
+
+def _change_parent_history(inner: Any, backend: Backend, leaf: Any, parent: Any) -> None:
+    inner.put(parent.parent_config, _rewritten(parent, "versions_seen"), parent.metadata, {})
+
+
+def _change_leaf_versions(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    inner.put(leaf.parent_config, _rewritten(leaf, "channel_versions"), leaf.metadata, {})
+
+
+def _change_leaf_history(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    inner.put(leaf.parent_config, _rewritten(leaf, "versions_seen"), leaf.metadata, {})
+
+
+def _reparent_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
+    # Onto its grandparent, as a graft would: the parent stays, the newest two ids too.
+    grandparent = parent.parent_config["configurable"]["checkpoint_id"]
+    graft = _rules.Graft("", leaf.checkpoint["id"], (), grandparent)
+    backend.run(backend.reparent(_thread(leaf), graft))
+
+
 def _delete_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
     assert backend.run(backend.delete_checkpoint(_thread(leaf), "", leaf.checkpoint["id"]))
 
@@ -93,6 +126,10 @@ BREAKING: dict[str, Mutation] = {
     "write": _add_write,
     "newer-sibling": _add_newer_sibling,
     "parent-changed": _change_parent,
+    "parent-history-changed": _change_parent_history,
+    "leaf-versions-changed": _change_leaf_versions,
+    "leaf-history-changed": _change_leaf_history,
+    "leaf-reparented": _reparent_leaf,
     "leaf-gone": _delete_leaf,
     "leaf-unmarked": _unmark_leaf,
 }

@@ -983,29 +983,33 @@ def test_deletion_holds(change: str, holds: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("parent_row", "skip"),
+    ("rows", "skip"),
     [
-        ("clone", Skip.PRECONDITION_CHANGED),
-        ("state-differs", Skip.NOT_A_CLONE),
+        ("parent-is-a-clone", Skip.PRECONDITION_CHANGED),
+        ("parent-state-differs", Skip.NOT_A_CLONE),
         ("not-its-parent", Skip.NOT_A_CLONE),
-        ("gone", Skip.MISSING_PARENT),
+        ("parent-gone", Skip.MISSING_PARENT),
         ("leaf-names-none", Skip.MISSING_PARENT),
+        ("leaf-gone-with-its-parent", Skip.PRECONDITION_CHANGED),
+        ("leaf-changed-parent-differs", Skip.PRECONDITION_CHANGED),
     ],
 )
-def test_untaken_skip_is_told_from_the_parent_row(parent_row: str, skip: Skip) -> None:
-    """A guarded take that took nothing: the parent row it read says why, else a race."""
-    deletion, rows = leaf_deletion_rows()
-    leaf, parent = rows[deletion.checkpoint_id], rows[str(deletion.clone_of)]
-    found: CheckpointNode | None = parent
-    if parent_row == "state-differs":
-        found = _bump(parent)
-    elif parent_row == "not-its-parent":
-        found = replace(parent, checkpoint_id="00000000")
-    elif parent_row == "gone":
-        found = None
-    elif parent_row == "leaf-names-none":
+def test_untaken_skip_is_told_from_the_rows_read(rows: str, skip: Skip) -> None:
+    """A guarded take that took nothing: the parent row says why while the leaf is as
+    judged; a leaf gone or rewritten meanwhile says the thread changed."""
+    deletion, found = leaf_deletion_rows()
+    leaf, parent = found[deletion.checkpoint_id], found[str(deletion.clone_of)]
+    read: CheckpointNode | None = parent
+    as_judged = not rows.startswith("leaf-gone") and not rows.startswith("leaf-changed")
+    if rows in ("parent-state-differs", "leaf-changed-parent-differs"):
+        read = _bump(parent)
+    elif rows == "not-its-parent":
+        read = replace(parent, checkpoint_id="00000000")
+    elif rows in ("parent-gone", "leaf-gone-with-its-parent"):
+        read = None
+    elif rows == "leaf-names-none":
         leaf = replace(leaf, parent_id=None)
-    assert untaken_skip(leaf, found) is skip
+    assert untaken_skip(leaf, read, leaf_as_judged=as_judged) is skip
 
 
 def test_deletion_holds_for_consumed_writes_only() -> None:

@@ -21,8 +21,9 @@ Admission takes a leaf in one statement, with no explicit transaction: a
 round trip here costs more than a whole bare read's query. The statement
 re-checks every precondition the rules' `Deletion` names and answers whether
 it took the leaf, with the parent's row; when it took nothing, the rules tell
-why from that row. Concurrent deletes of one row serialize on its row lock, and
-the loser deletes nothing.
+why from that row and whether the leaf's row was still the one they judged.
+Concurrent deletes of one row serialize on its row lock, and the loser
+deletes nothing.
 
 Over `AsyncPostgresSaver`, the async admission read runs the saver's own
 statement here and builds its tuple as `_load_checkpoint_tuple` does. The
@@ -110,22 +111,32 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
+# The leaf's row `c` is the one the rules judged: same parent, ts, versions,
+# and metadata, so its marker too.
+_LEAF_AS_JUDGED = """
+        c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+        AND c.checkpoint_id = %(leaf_id)s
+        AND c.parent_checkpoint_id = %(parent_id)s
+        AND c.checkpoint ->> 'ts' = %(ts)s
+        AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
+        AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND c.metadata = %(metadata)s"""
+
 # Take one trailing leaf, guarded, inside a statement. `parent` reads the
 # parent's row once; `taken` deletes the leaf only if every precondition of
-# the `Deletion` holds: the leaf row is unchanged (parent, ts, versions, and
-# metadata, so its marker too), the parent holds the same versions, the leaf
-# owns no writes and has no child, and it is the newest with its parent next.
-# Every subquery names its rows by bound id: one index probe each, whatever
-# the thread's length. The guards sit in the DELETE itself and the answer
-# carries no facts for a take that failed: each plan node costs executor
-# time on every run, and a run that took nothing learns why from the parent
-# row alone (`untaken_skip`).
+# the `Deletion` holds: the leaf row is as judged, the parent holds the same
+# versions, the leaf owns no writes and has no child, and it is the newest
+# with its parent next. Every subquery names its rows by bound id: one index
+# probe each, whatever the thread's length. The guards sit in the DELETE
+# itself, and the answers below carry no more facts than `untaken_skip`
+# needs: each plan node costs executor time on every run.
 #
 # Both statements below set `synchronous_commit` off for themselves alone:
 # losing the delete in a crash leaves the leaf, a valid state, and since the
 # WAL is one sequence, the next durable commit (the run's own next
 # checkpoint) makes it durable.
-_TAKE_LEAF_CTES = """
+_TAKE_LEAF_CTES = (
+    """
 WITH parent AS (
     SELECT p.parent_checkpoint_id, p.checkpoint, p.metadata
     FROM checkpoints AS p
@@ -134,13 +145,9 @@ WITH parent AS (
 ), taken AS (
     DELETE FROM checkpoints AS c
     USING parent AS p
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id = %(leaf_id)s
-        AND c.parent_checkpoint_id = %(parent_id)s
-        AND c.checkpoint ->> 'ts' = %(ts)s
-        AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
-        AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
-        AND c.metadata = %(metadata)s
+    WHERE"""
+    + _LEAF_AS_JUDGED
+    + """
         AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
         AND NOT EXISTS (
@@ -161,13 +168,19 @@ WITH parent AS (
     RETURNING c.checkpoint_id
 )
 """
+)
 
-# The take, answering one row: whether it took the leaf, and the parent's
-# row with its writes in the saver's own array shape, from the same snapshot.
+# The take, answering one row: whether it took the leaf; if not, whether the
+# leaf's row was still as judged; and the parent's row with its writes in the
+# saver's own array shape, all from the statement's snapshot.
 RECLAIM_LEAF_SQL = (
     _TAKE_LEAF_CTES
     + """
-SELECT t.taken, p.parent_checkpoint_id, p.checkpoint, p.metadata,
+SELECT t.taken, t.taken OR EXISTS (SELECT 1 FROM checkpoints AS c WHERE"""
+    + _LEAF_AS_JUDGED
+    + """
+    ) AS leaf_as_judged,
+    p.parent_checkpoint_id, p.checkpoint, p.metadata,
     (
         SELECT array_agg(array[
             w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
@@ -519,13 +532,15 @@ class PostgresBackend(OneRoundBackend):
         """Carry out the rules' deletion of `leaf` in one guarded statement.
 
         The statement re-checks every precondition of the `Deletion`; when it
-        took nothing, `untaken_skip` names the reason from the parent's row.
+        took nothing, `untaken_skip` names the reason from what it read: the
+        parent's row, and whether the leaf's was still as judged.
         """
         params = _take_params(thread_id, leaf)
         rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
         if rows[0]["taken"]:
             return _taken_facts(rows[0], params, leaf)
-        return _rules.untaken_skip(leaf, _parent_of(rows[0], params))
+        parent = _parent_of(rows[0], params)
+        return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
     @property
     def async_read_hops(self) -> bool:
