@@ -28,9 +28,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, History, Invalidate, Lookup, Offload, Transact
+from retaining_saver._effects import Flow, History, Invalidate, Lookup, Offload, Read, Transact
 from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
-from retaining_saver.backends._base import Backend, OneRoundBackend, Op, T
+from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
 # tests/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
@@ -157,25 +157,26 @@ def _take_hinted(
 
 
 def read_head(
-    thread_id: str, config: RunnableConfig, backend: OneRoundBackend
+    thread_id: str, config: RunnableConfig, backend: HeadReader
 ) -> Flow[CheckpointTuple | None]:
-    """The async admission read, where the saver's own deserializes pending writes in a
-    worker thread (`OneRoundBackend.async_read_hops`), a sizable share of its cost.
+    """The async admission read, where the saver's own costs more than its statements
+    (`HeadReader.reads_head_for_less`).
 
     Answers what `await inner.aget_tuple(config)` answers: the backend runs
-    the saver's statement and builds the tuple itself, taking that hop only
-    when the head owns writes.
+    the saver's statements in one round and builds the tuple as the saver
+    does, deserializing pending writes in a worker thread only where the
+    saver does and there are some.
     """
-    row = yield Transact(backend.head_row(thread_id, _namespace(config)), each=True)
+    row = yield Read(backend.head_row(thread_id, _namespace(config)))
     if row is None:
         return None
     return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
 
 
-def _tuple_of_row(backend: OneRoundBackend, row: Any) -> Flow[CheckpointTuple | None]:
+def _tuple_of_row(backend: HeadReader, row: Any) -> Flow[CheckpointTuple | None]:
     """The tuple the saver builds from `row`; None where only the saver can build it."""
     load = backend.row_writes(row)
-    writes = [] if load is None else (yield Offload(load))
+    writes = None if load is None else (yield Offload(load))
     return backend.read_tuple(row, writes)
 
 

@@ -1,7 +1,7 @@
 """Cleanup written once, as generators of effects, and the two drivers that run them.
 
 Admission cleanup and the retention engine yield small effect values
-(`Lookup`, `Invalidate`, `Transact`, ...) and receive their results. `drive` carries
+(`Lookup`, `Invalidate`, `Transact`, `Read`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
 the logic has one copy whichever way the caller came in. An effect that fails
 is thrown back into the generator at the point where it was yielded.
@@ -55,6 +55,14 @@ class Transact:
 
 
 @dataclass(frozen=True, slots=True)
+class Read:
+    """Carry out a backend operation that only reads, as the saver runs its own reads;
+    answers its result."""
+
+    op: Op[Any]
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """`inner.get_delta_channel_history(config=..., channels=...)`."""
 
@@ -70,7 +78,7 @@ class Offload:
     call: Callable[[], Any]
 
 
-Effect = Lookup | Invalidate | Transact | History | Offload
+Effect = Lookup | Invalidate | Transact | Read | History | Offload
 Flow = Generator[Effect, Any, T]
 
 
@@ -105,6 +113,8 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
+        if isinstance(effect, Read):
+            return self._backend().read(effect.op)
         if effect.each:
             return self._backend().run_each(effect.op)
         return self._backend().run(effect.op)
@@ -127,6 +137,8 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
+        if isinstance(effect, Read):
+            return await self._backend().aread(effect.op)
         if effect.each:
             return await self._backend().arun_each(effect.op)
         return await self._backend().arun(effect.op)

@@ -31,7 +31,7 @@ from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
 from retaining_saver._rules import CheckpointNode, LeafPredicate, RetentionPolicy, Skip
 from retaining_saver.backends import backend_for
-from retaining_saver.backends._base import OneRoundBackend
+from retaining_saver.backends._base import HeadReader, OneRoundBackend
 
 logger = logging.getLogger("retaining_saver")
 
@@ -228,7 +228,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
 
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
         backend = self.backend
-        if isinstance(backend, OneRoundBackend) and backend.async_read_hops:
+        if isinstance(backend, HeadReader) and backend.reads_head_for_less:
             return await adrive(_admission.read_head(thread_id, config, backend), self.performer)
         return await self.inner.aget_tuple(config)
 

@@ -1,10 +1,12 @@
 """The admission read that reclaims nothing answers exactly what the bare saver answers.
 
-Over `AsyncPostgresSaver` the async admission read runs the saver's own
-statement through the backend and builds the tuple as `_load_checkpoint_tuple`
-does. The saver deserializes pending writes in a worker thread: so does this
-read, but only when there are any. A pre-v4 head, which only the saver can
-migrate, is read through it, and so is every sync read.
+Over `AsyncPostgresSaver` and `AsyncSqliteSaver` the async admission read runs
+the saver's own statements through the backend and builds the tuple as the
+saver does. `AsyncPostgresSaver` deserializes pending writes in a worker
+thread: so does this read, but only when there are any. `AsyncSqliteSaver`
+hops to aiosqlite's thread for every cursor call: this read hops once. A
+pre-v4 Postgres head, which only the saver can migrate, is read through it,
+and so is every sync read.
 """
 
 from __future__ import annotations
@@ -116,6 +118,36 @@ async def test_async_read_deserializes_writes_in_a_worker_thread(
         assert len(loaded_on) == 1  # nothing to deserialize, no hop
 
 
+@pytest.mark.parametrize("shape", ["chat", "interrupt"])
+async def test_async_sqlite_read_makes_one_hop(shape: str, request: pytest.FixtureRequest) -> None:
+    """`AsyncSqliteSaver` reads the head in several hops to aiosqlite's thread; the
+    admission read runs the same statements in one."""
+    async with open_async("sqlite", request) as inner:
+        saver = RetainingSaver(inner)
+        await arun_shape(saver, shape, "hops")
+        hops = Recorder(inner.conn, ["_execute"])
+        bare = await inner.aget_tuple(_root("hops"))
+        bare_hops, hops.calls[:] = len(hops.calls), []
+        answer = await saver.aget_tuple(run_read("hops"))
+        _same(answer, bare)
+        assert (len(hops.calls), bare_hops > 1) == (1, True)
+
+
+def test_sqlite_head_read_runs_outside_a_transaction(request: pytest.FixtureRequest) -> None:
+    """The backend's read of the head, as the saver's own: no `BEGIN IMMEDIATE`."""
+    with open_sync("sqlite", request) as inner:
+        saver = RetainingSaver(inner)
+        build_interrupt_graph(inner).invoke({"topic": "retention"}, thread_config("paused"))
+        backend = saver.backend
+        assert backend is not None
+        statements: list[str] = []
+        inner.conn.set_trace_callback(statements.append)
+        row = backend.read(backend.head_row("paused", ""))  # type: ignore[attr-defined]
+        inner.conn.set_trace_callback(None)
+        assert not any("BEGIN" in statement for statement in statements)
+        _same(backend.read_tuple(row), inner.get_tuple(_root("paused")))  # type: ignore[attr-defined]
+
+
 def test_sync_reads_go_through_the_saver(request: pytest.FixtureRequest) -> None:
     """The sync saver's read has no worker-thread hop to save: the saver reads."""
     with open_sync("postgres", request) as inner:
@@ -142,9 +174,12 @@ async def test_a_pre_v4_head_is_read_through_the_saver(request: pytest.FixtureRe
         _same(answer, await inner.aget_tuple(_root("old")))
 
 
-async def test_a_sync_saver_still_has_no_async_read(request: pytest.FixtureRequest) -> None:
-    """`PostgresSaver` has no `aget_tuple`: neither has the wrapper's admission read."""
-    with open_sync("postgres", request) as inner:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_sync_saver_still_has_no_async_read(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A sync saver has no `aget_tuple`: neither has the wrapper's admission read."""
+    with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         with pytest.raises(NotImplementedError):
             await inner.aget_tuple(_root("sync"))

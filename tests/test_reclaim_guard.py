@@ -75,15 +75,19 @@ def _change_parent(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: 
 
 
 def _rewritten(of: CheckpointTuple, key: str) -> dict[str, Any]:
-    """`of`'s checkpoint under its own id, with one entry of `key`'s map changed."""
+    """`of`'s checkpoint under its own id, with one entry of `key`'s map changed.
+
+    The change names the row, so a leaf and a parent rewritten alike still differ.
+    """
     checkpoint = dict(of.checkpoint)
+    mark = str(of.checkpoint["id"])
     if key == "channel_versions":
         versions = dict(checkpoint[key])
         channel = min(versions)
-        versions[channel] = f"{versions[channel]}.rewritten"
+        versions[channel] = f"{versions[channel]}.{mark}"
         checkpoint[key] = versions
     else:
-        checkpoint[key] = {**checkpoint[key], "rewriter": {"__start__": "1"}}
+        checkpoint[key] = {**checkpoint[key], "rewriter": {"__start__": mark}}
     return checkpoint
 
 
@@ -142,9 +146,11 @@ def _thread(of: CheckpointTuple) -> str:
 
 
 def _each_change_alone(test: Any) -> Any:
-    """Always try no change and every change alone: the random sets may miss one."""
+    """Always try no change, every change alone, and a leaf and parent rewritten alike:
+    the random sets may miss one."""
     for name in [*BREAKING, *NEUTRAL]:
         test = example({name})(test)
+    test = example({"leaf-history-changed", "parent-history-changed", "parent-changed"})(test)
     return example(set())(test)
 
 

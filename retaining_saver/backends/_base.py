@@ -126,6 +126,19 @@ class Backend(ABC):
         """Async `run_each`."""
         return await self.arun(op)
 
+    def read(self, op: Op[T]) -> T:
+        """Carry out `op`, which only reads, the way the saver runs its own reads.
+
+        By default as `run_each`; a backend whose transactions take locks the
+        saver's reads do not (SQLite's `BEGIN IMMEDIATE`) runs its statements
+        without one.
+        """
+        return self.run_each(op)
+
+    async def aread(self, op: Op[T]) -> T:
+        """Async `read`."""
+        return await self.arun_each(op)
+
     # Primitives
 
     @abstractmethod
@@ -289,37 +302,31 @@ class Backend(ABC):
         )
 
 
-class OneRoundBackend(Backend):
-    """A backend that reads the head as its saver does, and can take a leaf in that read.
+class HeadReader(Backend):
+    """A backend that answers the async admission read itself, as its saver would, for less.
 
-    For a leaf known before the read (see `_hints`): the admission read then
-    costs one round instead of a read and a take. Where the saver's async read
-    hops to a worker thread to deserialize pending writes, any other async
-    admission read runs the saver's statement here (`head_row`) and builds the
-    tuple as the saver would, hopping only when there are writes.
+    It runs the saver's own statements for the unpinned read (`head_row`, in
+    one `read`) and builds the tuple as the saver does (`read_tuple`). Where
+    the saver's async read costs more than its statements (Postgres: a worker
+    thread hop to deserialize pending writes, even when there are none;
+    SQLite: a hop to aiosqlite's thread for every cursor call), the admission
+    read then costs less than the bare one, and what it saves pays for the
+    wrapper.
     """
 
     @property
     @abstractmethod
-    def async_read_hops(self) -> bool:
-        """Whether the saver's own async read deserializes pending writes in a worker
-        thread even when there are none."""
+    def reads_head_for_less(self) -> bool:
+        """Whether the async admission read is read here rather than by the saver."""
 
     @abstractmethod
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
-        """The row the saver's own unpinned read selects, or None for an empty namespace."""
-
-    @abstractmethod
-    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
-        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
-
-        Answers whether the leaf was taken, and the row of the newest
-        checkpoint then, as the saver reads it (None if none), for `read_tuple`.
-        """
+        """What the saver's own unpinned read selects, or None for an empty namespace."""
 
     @abstractmethod
     def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
-        """The deserialization of `row`'s pending writes, or None if it holds none."""
+        """The deserialization of `row`'s pending writes where the saver runs it in a
+        worker thread and there are some, else None (`read_tuple` deserializes them)."""
 
     @abstractmethod
     def read_tuple(
@@ -328,6 +335,22 @@ class OneRoundBackend(Backend):
         """The tuple the saver's own read builds from `row`, with its pending writes
         deserialized as `writes` (here, if None); or None where only the saver
         itself can build it (read it through the saver then)."""
+
+
+class OneRoundBackend(HeadReader):
+    """A backend that can take a leaf known before the read in that read.
+
+    For a leaf known before the read (see `_hints`): the admission read then
+    costs one round instead of a read and a take.
+    """
+
+    @abstractmethod
+    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
+        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
+
+        Answers whether the leaf was taken, and the row of the newest
+        checkpoint then, as the saver reads it (None if none), for `read_tuple`.
+        """
 
 
 def tuple_configs(

@@ -543,8 +543,9 @@ class PostgresBackend(OneRoundBackend):
         return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
     @property
-    def async_read_hops(self) -> bool:
-        """True for `AsyncPostgresSaver`; `PostgresSaver` has no async read at all."""
+    def reads_head_for_less(self) -> bool:
+        """True for `AsyncPostgresSaver`, whose read always deserializes pending writes in a
+        worker thread; `PostgresSaver` has no async read at all."""
         return isinstance(self.saver, AsyncPostgresSaver)
 
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
@@ -562,7 +563,8 @@ class PostgresBackend(OneRoundBackend):
         return bool(row["taken"]), None if row["checkpoint_id"] is None else row
 
     def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
-        """`_load_writes` of the row's writes; the async saver runs it in a worker thread."""
+        """`_load_writes` of the row's writes, if any: the async saver runs it in a worker
+        thread."""
         if not row["pending_writes"]:
             return None
         return partial(self.saver._load_writes, row["pending_writes"])
@@ -600,12 +602,15 @@ class PostgresBackend(OneRoundBackend):
         ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
         config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
         values = {**(stored.get("channel_values") or {}), **blob_values}
+        if writes is None:
+            pending = row["pending_writes"]
+            writes = self.saver._load_writes(pending) if pending else []
         return CheckpointTuple(
             config,
             cast(Checkpoint, {**stored, "channel_values": values}),
             row["metadata"],
             parent_config,
-            self.saver._load_writes(row["pending_writes"]) if writes is None else writes,
+            writes,
         )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:

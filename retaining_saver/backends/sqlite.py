@@ -18,6 +18,10 @@ an `AsyncSqliteSaver` the whole transaction runs as one call on aiosqlite's
 connection thread: a hop to that thread costs more than the statements do.
 In WAL mode it commits without an fsync (see `_commit_without_fsync`).
 
+Over `AsyncSqliteSaver` the async admission read runs the saver's own read
+statements here (`head_row`): both in one hop, under the saver's lock and
+outside any transaction, as the saver runs them in six.
+
 `SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
 space deleted rows leave on SQLite's freelist; see `Compaction`.
 """
@@ -35,14 +39,19 @@ from functools import partial
 from typing import Any, cast
 
 import aiosqlite
-from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+)
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage
 from retaining_saver.backends._base import (
-    Backend,
+    HeadReader,
     Integrity,
     Op,
     StorageStats,
@@ -70,6 +79,13 @@ CREATE_PARENT_INDEX_SQL = """
 CREATE INDEX IF NOT EXISTS retaining_saver_checkpoints_parent_idx
 ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
 """
+
+# The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
+SELECT_HEAD_ROW_SQL = (
+    "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
+    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "ORDER BY checkpoint_id DESC LIMIT 1"
+)
 
 SELECT_LINEAGE_SQL = """
 SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
@@ -258,19 +274,19 @@ def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
             _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=level)))
 
 
-async def _atransaction(conn: aiosqlite.Connection, op: Op[T]) -> T:
-    """`_transaction` on aiosqlite's connection thread, in one hop.
-
-    aiosqlite 0.22 queues `_execute(fn, ...)` to that thread and answers its
-    result; `_conn` is the `sqlite3.Connection` that lives there.
-    """
-    return await _on_connection_thread(conn, _transaction, conn._conn, op)
+def _statements(conn: sqlite3.Connection, op: Op[T]) -> T:
+    """`op`'s statements with no transaction of ours, as the saver runs its reads."""
+    return drive_statements(op, partial(_execute, conn))
 
 
 async def _on_connection_thread(
     conn: aiosqlite.Connection, call: Callable[..., T], *args: Any
 ) -> T:
-    """`call(*args)` on the thread that owns `conn`'s sqlite3 connection, in one hop."""
+    """`call(*args)` on the thread that owns `conn`'s sqlite3 connection, in one hop.
+
+    aiosqlite 0.22 queues `_execute(fn, ...)` to that thread and answers its
+    result; `conn._conn` is the `sqlite3.Connection` that lives there.
+    """
     result: T = await conn._execute(call, *args)  # type: ignore[no-untyped-call]
     return result
 
@@ -301,7 +317,7 @@ def _file_bytes(page_row: Row) -> int:
     return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
 
 
-class SqliteBackend(Backend):
+class SqliteBackend(HeadReader):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -315,21 +331,40 @@ class SqliteBackend(Backend):
 
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
-        saver = self.saver
-        if isinstance(saver, AsyncSqliteSaver):
-            return on_saver_loop(saver.loop, "run", lambda: self.arun(op))
-        with saver.lock:
-            saver.setup()
-            return _transaction(saver.conn, self._indexed(op))
+        return self._call("run", _transaction, self._indexed(op))
 
     async def arun(self, op: Op[T]) -> T:
         """`run`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
+        return await self._acall("run", _transaction, self._indexed(op))
+
+    def read(self, op: Op[T]) -> T:
+        """Run `op`, which only reads, under the saver's lock and outside any transaction
+        of ours, as its own reads run: `BEGIN IMMEDIATE` would take the write lock."""
+        return self._call("read", _statements, op)
+
+    async def aread(self, op: Op[T]) -> T:
+        """Async `read`: on an `AsyncSqliteSaver`, one hop to aiosqlite's thread."""
+        return await self._acall("read", _statements, op)
+
+    def _call(self, name: str, body: Callable[[sqlite3.Connection, Op[T]], T], op: Op[T]) -> T:
+        """`body(connection, op)` under the saver's lock, once it is set up."""
+        saver = self.saver
+        if isinstance(saver, AsyncSqliteSaver):
+            return on_saver_loop(saver.loop, name, lambda: self._acall(name, body, op))
+        with saver.lock:
+            saver.setup()
+            return body(saver.conn, op)
+
+    async def _acall(
+        self, name: str, body: Callable[[sqlite3.Connection, Op[T]], T], op: Op[T]
+    ) -> T:
+        """`_call`, asynchronously: on aiosqlite's connection thread, in one hop."""
         saver = self.saver
         if isinstance(saver, SqliteSaver):
-            return await asyncio.to_thread(self.run, op)
+            return await asyncio.to_thread(self._call, name, body, op)
         await saver.setup()
         async with saver.lock:
-            return await _atransaction(saver.conn, self._indexed(op))
+            return await _on_connection_thread(saver.conn, body, saver.conn._conn, op)
 
     def _indexed(self, op: Op[T]) -> Op[T]:
         """`op`, preceded on this backend's first run by the parent index."""
@@ -395,6 +430,40 @@ class SqliteBackend(Backend):
             cast(CheckpointMetadata, _metadata(row)),
             parent_config,
             load_pending_writes(writes, self.saver.serde),
+        )
+
+    @property
+    def reads_head_for_less(self) -> bool:
+        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save."""
+        return isinstance(self.saver, AsyncSqliteSaver)
+
+    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
+        """The saver's own statements: the newest row, then its pending writes."""
+        rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns))
+        if not rows:
+            return None
+        row = rows[0]
+        key = (str(thread_id), checkpoint_ns, str(row["checkpoint_id"]))
+        writes = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        found = [tuple(w.values()) for w in writes]
+        return {**row, "checkpoint_ns": checkpoint_ns, "writes": found}
+
+    def row_writes(self, row: Any) -> None:
+        """None: the saver deserializes pending writes in place, as `read_tuple` does."""
+        return None
+
+    def read_tuple(
+        self, row: Any, writes: list[PendingWrite] | None = None
+    ) -> CheckpointTuple | None:
+        """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
+        ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
+        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
+        return CheckpointTuple(
+            config,
+            self._checkpoint(row),
+            cast(CheckpointMetadata, _metadata(row)),
+            parent_config,
+            load_pending_writes(row["writes"], self.saver.serde) if writes is None else writes,
         )
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
