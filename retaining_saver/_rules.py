@@ -176,8 +176,11 @@ def untaken_skip(
     (`leaf_skip`), a leaf still as judged was not taken because of its
     parent, or because something else changed meanwhile (a write, a child, a
     newer checkpoint). A leaf gone or rewritten says nothing about its parent:
-    the thread changed under the admission, which reads its head again.
+    the thread changed under the admission, which reads its head again. A
+    leaf judged without a parent never had one to clone.
     """
+    if judged.parent_id is None:
+        return Skip.MISSING_PARENT
     if not leaf_as_judged:
         return Skip.PRECONDITION_CHANGED
     return parent_skip(judged, parent) or Skip.PRECONDITION_CHANGED

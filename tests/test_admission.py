@@ -17,6 +17,7 @@ from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity, walk
 
 TURNS = 10
+DURATION = {"source": "update", "run_durations": {"run": 1.0}, "run_message_ids": {"run": []}}
 
 
 def leaf_count(saver: RetainingSaver, thread_id: str) -> int:
@@ -165,10 +166,15 @@ def test_duration_link_is_kept(kind: str, request: pytest.FixtureRequest) -> Non
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_leaf_kept_for_its_parent_says_why(kind: str, request: pytest.FixtureRequest) -> None:
     """A head the rules would take but for its parent is kept, the parent named as the
-    reason, by an admission read and by `admit` alike: a parent with other state, and a
-    parent row that is gone."""
+    reason, by an admission read and by `admit` alike: a parent with other state, a
+    parent row that is gone, and no parent at all (the thread's first checkpoint)."""
     with open_sync(kind, request) as inner:
         graph = build_chat_graph(inner)
+        graph.invoke(chat_turn(0), thread_config("root"))
+        first = list(inner.list(thread_config("root")))[-1]
+        assert first.parent_config is None
+        first_config = {"configurable": {"thread_id": "first", "checkpoint_ns": ""}}
+        inner.put(first_config, first.checkpoint, {**first.metadata, **DURATION}, {})  # type: ignore[arg-type]
         graph.invoke(chat_turn(0), thread_config("differs"))
         graph.invoke(chat_turn(0), thread_config("orphan"))
         leaf_id = write_duration_leaf(inner, "orphan")
@@ -183,6 +189,7 @@ def test_a_leaf_kept_for_its_parent_says_why(kind: str, request: pytest.FixtureR
         for saver, thread_id, skip in (
             (differs, "differs", Skip.NOT_A_CLONE),
             (RetainingSaver(inner), "orphan", Skip.MISSING_PARENT),
+            (RetainingSaver(inner), "first", Skip.MISSING_PARENT),
         ):
             head = inner.get_tuple(thread_config(thread_id))
             assert head is not None

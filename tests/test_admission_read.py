@@ -121,16 +121,22 @@ async def test_async_read_deserializes_writes_in_a_worker_thread(
 @pytest.mark.parametrize("shape", ["chat", "interrupt"])
 async def test_async_sqlite_read_makes_one_hop(shape: str, request: pytest.FixtureRequest) -> None:
     """`AsyncSqliteSaver` reads the head in several hops to aiosqlite's thread; the
-    admission read runs the same statements in one."""
+    admission read runs the same statements, and no others (no transaction), in one."""
     async with open_async("sqlite", request) as inner:
         saver = RetainingSaver(inner)
         await arun_shape(saver, shape, "hops")
+        statements: list[str] = []
+        await inner.conn.set_trace_callback(statements.append)
         hops = Recorder(inner.conn, ["_execute"])
         bare = await inner.aget_tuple(_root("hops"))
-        bare_hops, hops.calls[:] = len(hops.calls), []
+        bare_hops, bare_statements = len(hops.calls), list(statements)
+        hops.calls[:], statements[:] = [], []
         answer = await saver.aget_tuple(run_read("hops"))
+        wrapped_hops, wrapped_statements = len(hops.calls), list(statements)
+        await inner.conn.set_trace_callback(None)
         _same(answer, bare)
-        assert (len(hops.calls), bare_hops > 1) == (1, True)
+        assert (wrapped_hops, bare_hops > 1) == (1, True)
+        assert wrapped_statements == bare_statements
 
 
 def test_sqlite_head_read_runs_outside_a_transaction(request: pytest.FixtureRequest) -> None:

@@ -983,32 +983,35 @@ def test_deletion_holds(change: str, holds: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "skip"),
+    ("leaf_row", "parent_row", "skip"),
     [
-        ("parent-is-a-clone", Skip.PRECONDITION_CHANGED),
-        ("parent-state-differs", Skip.NOT_A_CLONE),
-        ("not-its-parent", Skip.NOT_A_CLONE),
-        ("parent-gone", Skip.MISSING_PARENT),
-        ("leaf-names-none", Skip.MISSING_PARENT),
-        ("leaf-gone-with-its-parent", Skip.PRECONDITION_CHANGED),
-        ("leaf-changed-parent-differs", Skip.PRECONDITION_CHANGED),
+        ("as-judged", "clone", Skip.PRECONDITION_CHANGED),
+        ("as-judged", "state-differs", Skip.NOT_A_CLONE),
+        ("as-judged", "not-its-parent", Skip.NOT_A_CLONE),
+        ("as-judged", "gone", Skip.MISSING_PARENT),
+        ("gone", "gone", Skip.PRECONDITION_CHANGED),
+        ("changed", "state-differs", Skip.PRECONDITION_CHANGED),
+        ("judged-parentless", "gone", Skip.MISSING_PARENT),
+        ("judged-parentless-changed", "gone", Skip.MISSING_PARENT),
     ],
 )
-def test_untaken_skip_is_told_from_the_rows_read(rows: str, skip: Skip) -> None:
+def test_untaken_skip_is_told_from_the_rows_read(
+    leaf_row: str, parent_row: str, skip: Skip
+) -> None:
     """A guarded take that took nothing: the parent row says why while the leaf is as
-    judged; a leaf gone or rewritten meanwhile says the thread changed."""
+    judged; a leaf gone or rewritten meanwhile says the thread changed; a leaf judged
+    without a parent never had one."""
     deletion, found = leaf_deletion_rows()
     leaf, parent = found[deletion.checkpoint_id], found[str(deletion.clone_of)]
-    read: CheckpointNode | None = parent
-    as_judged = not rows.startswith("leaf-gone") and not rows.startswith("leaf-changed")
-    if rows in ("parent-state-differs", "leaf-changed-parent-differs"):
-        read = _bump(parent)
-    elif rows == "not-its-parent":
-        read = replace(parent, checkpoint_id="00000000")
-    elif rows in ("parent-gone", "leaf-gone-with-its-parent"):
-        read = None
-    elif rows == "leaf-names-none":
+    if leaf_row.startswith("judged-parentless"):
         leaf = replace(leaf, parent_id=None)
+    read = {
+        "clone": parent,
+        "state-differs": _bump(parent),
+        "not-its-parent": replace(parent, checkpoint_id="00000000"),
+        "gone": None,
+    }[parent_row]
+    as_judged = leaf_row in ("as-judged", "judged-parentless")
     assert untaken_skip(leaf, read, leaf_as_judged=as_judged) is skip
 
 
