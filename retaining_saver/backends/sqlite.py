@@ -407,30 +407,36 @@ class SqliteBackend(HeadReader):
         rows = yield Statement(SELECT_NODES_SQL, (str(thread_id), checkpoint_ns, json.dumps(ids)))
         decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
         nodes = {i: _node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
-        if parent_id not in decoded:
+        if parent_id is None or parent_id not in decoded:
             return nodes, None
-        key = (str(thread_id), checkpoint_ns, parent_id)
-        writes = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
-        return nodes, (*decoded[parent_id], [tuple(w.values()) for w in writes])
+        writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
+        return nodes, (*decoded[parent_id], writes)
+
+    def _pending_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[list[tuple[Any, ...]]]:
+        """A checkpoint's writes as the saver selects them, for `load_pending_writes`."""
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        return [tuple(r.values()) for r in rows]
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds from the parent's row."""
         if facts.successor is None:
             return None
         row, checkpoint, writes = facts.successor
-        config, parent_config = tuple_configs(
-            str(leaf.config["configurable"]["thread_id"]),
-            row["checkpoint_ns"],
-            row["checkpoint_id"],
-            row["parent_checkpoint_id"],
-        )
-        return CheckpointTuple(
-            config,
-            checkpoint,
-            cast(CheckpointMetadata, _metadata(row)),
-            parent_config,
-            load_pending_writes(writes, self.saver.serde),
-        )
+        thread_id = str(leaf.config["configurable"]["thread_id"])
+        loaded = load_pending_writes(writes, self.saver.serde)
+        return self._tuple_of(thread_id, row, checkpoint, loaded)
+
+    def _tuple_of(
+        self, thread_id: str, row: Row, checkpoint: Checkpoint, writes: list[PendingWrite]
+    ) -> CheckpointTuple:
+        """A checkpoint row, decoded, with its writes, as the saver's `get_tuple` builds it."""
+        ids = (thread_id, row["checkpoint_ns"], row["checkpoint_id"])
+        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
+        metadata = cast(CheckpointMetadata, _metadata(row))
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
     @property
     def reads_head_for_less(self) -> bool:
@@ -442,11 +448,10 @@ class SqliteBackend(HeadReader):
         rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns))
         if not rows:
             return None
-        row = rows[0]
-        key = (str(thread_id), checkpoint_ns, str(row["checkpoint_id"]))
-        writes = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
-        found = [tuple(w.values()) for w in writes]
-        return {**row, "checkpoint_ns": checkpoint_ns, "writes": found}
+        row = {**rows[0], "checkpoint_ns": checkpoint_ns}
+        found = self._pending_writes(thread_id, checkpoint_ns, row["checkpoint_id"])
+        row["writes"] = yield from found
+        return row
 
     def row_writes(self, row: Any) -> None:
         """None: the saver deserializes pending writes in place, as `read_tuple` does."""
@@ -456,15 +461,9 @@ class SqliteBackend(HeadReader):
         self, row: Any, writes: list[PendingWrite] | None = None
     ) -> CheckpointTuple | None:
         """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
-        ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        return CheckpointTuple(
-            config,
-            self._checkpoint(row),
-            cast(CheckpointMetadata, _metadata(row)),
-            parent_config,
-            load_pending_writes(row["writes"], self.saver.serde) if writes is None else writes,
-        )
+        if writes is None:
+            writes = load_pending_writes(row["writes"], self.saver.serde)
+        return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         params = (str(thread_id), checkpoint_ns, checkpoint_id)
