@@ -194,16 +194,16 @@ def admit_explicit(
     protected: frozenset[str],
 ) -> Flow[Admitted]:
     """Reclaim the stack of duration leaves on the head, looked up without its values."""
-    node = yield from _head_node(thread_id, config, backend)
+    node = yield from head_node(thread_id, config, backend)
     flow = _reclaim_stack(thread_id, config, backend, policy, protected, node, None, read=False)
     return (yield from flow)
 
 
-def _head_node(
+def head_node(
     thread_id: str, config: RunnableConfig, backend: Backend
 ) -> Flow[CheckpointNode | None]:
-    op = backend.head_node(thread_id, _namespace(config))
-    node: CheckpointNode | None = yield Transact(op, each=True)
+    """The newest checkpoint of `config`'s namespace, without its values; a read."""
+    node: CheckpointNode | None = yield Read(backend.head_node(thread_id, _namespace(config)))
     return node
 
 
@@ -225,7 +225,7 @@ def _reclaim_stack(
     while node is not None and len(reclaimed) < _rules.MAX_STACKED_LEAVES:
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
             break
-        op = backend.reclaim_leaf(thread_id, node, policy, protected)
+        op = backend.reclaim_leaf(thread_id, node, policy, protected, with_successor=read)
         facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
         if facts is None:
             skip = Skip.CACHE_INVALIDATION_FAILED
@@ -247,7 +247,7 @@ def _reclaim_stack(
             head = yield Lookup(read_config)
             node = node_of(head) if head is not None else None
         else:
-            node = yield from _head_node(thread_id, read_config, backend)
+            node = yield from head_node(thread_id, read_config, backend)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
 
@@ -364,7 +364,7 @@ def still_there(target: CheckpointTuple, backend: Backend) -> Flow[bool]:
     node = node_of(target)
     thread_id = str(target.config["configurable"]["thread_id"])
     op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
-    still: dict[str, CheckpointNode] = yield Transact(op)
+    still: dict[str, CheckpointNode] = yield Read(op)
     return node.checkpoint_id in still
 
 

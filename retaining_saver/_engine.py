@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, Invalidate, Transact
+from retaining_saver._effects import Flow, Invalidate, Read, Transact
 from retaining_saver._rules import BlobKey, Graft, Lineage, NodeKey, Protection, RetentionPolicy
 from retaining_saver.backends._base import Applied, Backend, StorageStats
 
@@ -58,8 +58,8 @@ def retention_pass(
     now: datetime | None = None,
 ) -> Flow[RetentionReport]:
     """Plan and (unless `dry_run`) carry out retention for one thread."""
-    before: StorageStats = yield Transact(backend.stats(thread_id))
-    lineage: Lineage = yield Transact(backend.load_lineage(thread_id))
+    before: StorageStats = yield Read(backend.stats(thread_id))
+    lineage: Lineage = yield Read(backend.load_lineage(thread_id))
     plan = _rules.plan_retention(lineage, policy, now or datetime.now(UTC))
     applied = Applied(
         deleted=list(plan.deletions), grafted=list(plan.grafts), freed_blobs=list(plan.freed_blobs)
@@ -70,7 +70,7 @@ def retention_pass(
             ids = [d.checkpoint_id for d in plan.deletions if d.checkpoint_ns == ns]
             yield Invalidate(thread_id, ns, ids)
         applied = yield Transact(backend.apply_plan(thread_id, plan))
-        after = yield Transact(backend.stats(thread_id))
+        after = yield Read(backend.stats(thread_id))
     if not backend.stores_blobs:
         applied.freed_blobs.clear()
     return RetentionReport(
@@ -90,5 +90,5 @@ def retention_pass(
 
 def thread_pages(backend: Backend, after: str | None, page_size: int) -> Flow[list[str]]:
     """One page of thread ids after `after`."""
-    ids: list[str] = yield Transact(backend.thread_ids(after, page_size))
+    ids: list[str] = yield Read(backend.thread_ids(after, page_size))
     return ids

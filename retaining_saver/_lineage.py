@@ -29,6 +29,7 @@ class Protection(StrEnum):
     PENDING_WRITES = "pending-writes"
     SUBGRAPH_PARENT = "subgraph-parent"
     DURATION_LINK = "duration-link"
+    LINK_ON_WRITES = "link-on-writes"
     TOO_YOUNG = "too-young"
     FORK_POINT_MISSING = "fork-point-missing"
     NOT_ENABLED = "not-enabled"

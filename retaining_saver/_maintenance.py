@@ -129,7 +129,8 @@ class MaintenanceMixin:
 
     def storage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Rows and bytes per table for one thread, or for the whole store."""
-        return self._require_backend().run(self._require_backend().stats(thread_id))
+        backend = self._require_backend()
+        return backend.read(backend.stats(thread_id))
 
     def create_retention_indexes(self) -> None:
         """Postgres: index `checkpoints` by parent, so admission's child check stays flat.
@@ -167,7 +168,7 @@ class MaintenanceMixin:
     async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Async `storage_stats`."""
         backend = self._require_backend()
-        return await backend.arun(backend.stats(thread_id))
+        return await backend.aread(backend.stats(thread_id))
 
 
 def _compactor(backend: Backend) -> Any:

@@ -26,6 +26,8 @@ tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 | pending-writes         | owns writes and has no child: live, uncommitted state          |
 | subgraph-parent        | named as `parents[""]` by a checkpoint of another namespace    |
 | duration-link          | duration-only checkpoint a later run forked from (no graft)    |
+| link-on-writes         | duration link whose parent owns writes: a graft would put      |
+|                        | them on its children's delta-history walk, changing its value  |
 | too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
 | fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
 | not-enabled            | deletable shape whose rule the policy leaves off               |
@@ -330,6 +332,9 @@ class _Planner:
 
     def _links(self) -> list[list[Deletion]]:
         links = sorted((k for k in self.kept if self._is_link(k)), reverse=True)
+        on_writes = [k for k in links if not _graftable_onto(self._parent(k))]
+        self.kept.update(dict.fromkeys(on_writes, Protection.LINK_ON_WRITES))
+        links = [k for k in links if k not in on_writes]
         if not self.policy.graft_duration_links:
             self.kept.update(dict.fromkeys(links, Protection.DURATION_LINK))
             return []
@@ -337,6 +342,9 @@ class _Planner:
             del self.kept[key]
         nodes = (self.lineage.nodes[k] for k in links)
         return [[leaf_deletion(n, Reason.GRAFTED_DURATION_LINK, head=False)] for n in nodes]
+
+    def _parent(self, key: NodeKey) -> CheckpointNode | None:
+        return self.lineage.parent(self.lineage.nodes[key])
 
     def _grafts(self, done: set[NodeKey]) -> list[Graft]:
         """Re-parent each surviving child of a deleted link past every deleted link above it."""
@@ -501,10 +509,25 @@ def deletion_holds(
     return True
 
 
+def _graftable_onto(parent: CheckpointNode | None) -> bool:
+    """Whether a link's children may be re-parented onto `parent`.
+
+    A delta channel's value at a child is rebuilt by walking up from its
+    parent, collecting writes down to the nearest stored value, the seed's own
+    writes included. A link clones its parent and owns no writes; grafting
+    past it changes the walk only by the writes of the new parent, should the
+    link have been the seed. So the new parent must own none.
+    """
+    return parent is not None and not parent.write_count
+
+
 def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
-    """Whether `graft` is still sound: every link it skips clones its parent, owns no writes."""
+    """Whether `graft` is still sound: every link it skips clones its parent and owns no
+    writes, and the new parent owns none (`_graftable_onto`)."""
     child = now.get(graft.child_id)
     if child is None or child.parent_id != graft.via[0]:
+        return False
+    if not _graftable_onto(now.get(graft.new_parent_id)):
         return False
     for link_id, parent_id in zip(graft.via, (*graft.via[1:], graft.new_parent_id), strict=True):
         link, parent = now.get(link_id), now.get(parent_id)

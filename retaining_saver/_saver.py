@@ -7,7 +7,7 @@ import threading
 import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Self, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -52,12 +52,14 @@ class ReclaimEvent:
 @dataclass(frozen=True)
 class AdmissionCounters:
     """Totals since the saver was made: admissions attempted, checkpoints reclaimed,
-    admissions skipped by reason, and admissions whose cleanup failed."""
+    admissions skipped by reason, admissions whose cleanup failed, and reads whose
+    fast path or probe failed and were answered by the saver's own read instead."""
 
     attempted: int
     reclaimed: int
     skipped: dict[str, int]
     failed: int
+    fallbacks: dict[str, int] = field(default_factory=dict)
 
 
 def _require(ok: bool, error: type[Exception], message: str) -> None:
@@ -190,9 +192,16 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         """Admission totals so far."""
         with self._counts_lock:
             counts = dict(self._counts)
-        skipped = {k[5:]: v for k, v in counts.items() if k.startswith("skip:")}
+
+        def prefixed(prefix: str) -> dict[str, int]:
+            return {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
+
         return AdmissionCounters(
-            counts.get("attempted", 0), counts.get("reclaimed", 0), skipped, counts.get("failed", 0)
+            counts.get("attempted", 0),
+            counts.get("reclaimed", 0),
+            prefixed("skip:"),
+            counts.get("failed", 0),
+            prefixed("fallback:"),
         )
 
     # Reads
@@ -229,7 +238,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
         backend = self.backend
         if isinstance(backend, HeadReader) and backend.reads_head_for_less:
-            return await adrive(_admission.read_head(thread_id, config, backend), self.performer)
+            try:
+                flow = _admission.read_head(thread_id, config, backend)
+                return await adrive(flow, self.performer)
+            except Exception as error:
+                # The fast path runs on upstream internals; the saver's own read is the truth
+                # (a real database error raises there too).
+                self._fell_back("the admission read's fast path", error)
         return await self.inner.aget_tuple(config)
 
     def _hinted_leaf(self, thread_id: str) -> CheckpointNode | None:
@@ -301,7 +316,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return found
         if not _admission.could_vanish(found, self.policy):
             return found
-        if not (yield from _admission.still_there(found, self.backend)):
+        try:
+            still = yield from _admission.still_there(found, self.backend)
+        except Exception as error:
+            # The probe is cleanup's, not the read's: the read stands as the saver answered it.
+            self._fell_back("the still-there probe", error)
+            return found
+        if not still:
             found = yield Lookup(config)
         if found is not None and _admission.could_vanish(found, self.policy):
             self._resolve(found)
@@ -340,21 +361,43 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.DISABLED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, frozenset())
-        return (yield from self._failsafe(thread_id, flow, None))
+        return (yield from self._failsafe(thread_id, flow, config, read=False))
 
     def _failsafe(
-        self, thread_id: str, flow: Flow[Admitted], read_config: RunnableConfig | None
+        self, thread_id: str, flow: Flow[Admitted], config: RunnableConfig, *, read: bool = True
     ) -> Flow[Admitted]:
-        """`flow`; if it fails, a logged `FAILED` result and the head read as it is now."""
+        """`flow`; if it fails, a logged `FAILED` result and the head as it is now.
+
+        With `read`, the head is read through the saver for the run (a failure
+        there is the bare read's own, and surfaces); else only its id is looked
+        up, and a failure there leaves it None.
+        """
         try:
             return (yield from flow)
         except Exception as error:
             logger.warning(
                 "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
             )
-        head = (yield Lookup(read_config)) if read_config is not None else None
-        head_id = head.checkpoint["id"] if head is not None else None
-        return AdmissionResult(thread_id, (), Skip.FAILED, head_id), head
+        if read:
+            head = yield Lookup(config)
+            head_id = head.checkpoint["id"] if head is not None else None
+            return AdmissionResult(thread_id, (), Skip.FAILED, head_id), head
+        assert self.backend is not None  # only an enabled backend admits
+        try:
+            node = yield from _admission.head_node(thread_id, config, self.backend)
+        except Exception:
+            node = None
+        head_id = node.checkpoint_id if node is not None else None
+        return AdmissionResult(thread_id, (), Skip.FAILED, head_id), None
+
+    def _fell_back(self, what: str, error: Exception) -> None:
+        """Count a failure of `what`, answered by the saver's own call; log the first."""
+        key = f"fallback:{what}"
+        with self._counts_lock:
+            first = not self._counts[key]
+            self._counts[key] += 1
+        log = logger.warning if first else logger.debug
+        log("%s failed and fell back to the saver's own read (logged once): %r", what, error)
 
     def _count(self, *keys: str, by: int = 1) -> None:
         with self._counts_lock:

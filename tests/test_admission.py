@@ -220,10 +220,10 @@ def test_leaves_another_worker_took_first_are_not_handed_out(
         won = []
         take = second.backend.reclaim_leaf
 
-        def first_wins_meanwhile(*args: Any) -> Any:
+        def first_wins_meanwhile(*args: Any, **kwargs: Any) -> Any:
             if not won:
                 won.append(first.admit("stack"))
-            return take(*args)
+            return take(*args, **kwargs)
 
         second.backend.reclaim_leaf = first_wins_meanwhile  # type: ignore[method-assign]
         if way == "admit":

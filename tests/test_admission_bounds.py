@@ -188,10 +188,10 @@ def test_cache_refilled_during_the_take_is_invalidated_again() -> None:
     assert saver.backend is not None
     take = saver.backend.reclaim_leaf
 
-    def refill_then_take(*args: Any) -> Any:
+    def refill_then_take(*args: Any, **kwargs: Any) -> Any:
         saver.get_delta_channel_history(config=_pinned("c", leaf), channels=["messages"])
         assert len(cache) == 1
-        return (yield from take(*args))
+        return (yield from take(*args, **kwargs))
 
     saver.backend.reclaim_leaf = refill_then_take  # type: ignore[method-assign]
     assert saver.admit("c").reclaimed == (leaf,)
@@ -225,7 +225,7 @@ def _next_turn_with_broken(
     leaf = write_duration_leaf(stamper or saver.inner, thread_id)
     assert leaf is not None
 
-    def explode(*args: Any) -> Any:
+    def explode(*args: Any, **kwargs: Any) -> Any:
         raise OSError(f"{method} is broken")
 
     setattr(saver.backend, method, explode)

@@ -9,12 +9,16 @@ checkpoint, metadata, parent config and pending writes.
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from enum import Enum
+from typing import Annotated, Any, TypedDict
 
 import pytest
-from graphs import SHAPES, arun_shape, run_read, run_shape
+from graphs import SHAPES, arun_shape, run_read, run_shape, thread_config
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
 from savers import KINDS, open_async, open_sync
 from spies import Recorder
 
@@ -111,3 +115,45 @@ async def test_reclaiming_read_answers_the_bare_read_async(
         counts = (reads.count("aget_tuple"), rows.count("head_row"))
         assert counts == _head_reads(kind, stamped_by, is_async=True)
         _check(answer, await inner.aget_tuple(_root()), parent)
+
+
+class Paint(Enum):
+    """A plain Enum: a strict msgpack serializer reads it back as its value, a str."""
+
+    RED = "red"
+
+
+class Canvas(TypedDict, total=False):
+    paint: Paint
+    strokes: Annotated[list[str], operator.add]
+
+
+def _paint_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    builder: Any = StateGraph(Canvas)
+    builder.add_node("stroke", lambda state: {"strokes": [f"stroke {len(state['strokes'])}"]})
+    builder.add_edge(START, "stroke")
+    builder.add_edge("stroke", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("stacked", [1, 3])
+@pytest.mark.parametrize("stamped_by", ["another-process", "this-saver"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_value_read_back_in_another_type_survives_the_reclaim(
+    kind: str, stamped_by: str, stacked: int, request: pytest.FixtureRequest
+) -> None:
+    """The run reads the parent as the saver reads its own row, whatever the loaded
+    value's type says about how it was stored (a blob on Postgres, read back as a str)."""
+    with open_sync(kind, request) as inner:
+        inner.serde = JsonPlusSerializer(allowed_msgpack_modules=None)
+        saver = RetainingSaver(inner)
+        _paint_graph(saver).invoke({"paint": Paint.RED, "strokes": []}, thread_config(THREAD))
+        parent = inner.get_tuple(_root())
+        assert parent is not None
+        for _ in range(stacked):
+            _stamp_leaf(saver if stamped_by == "this-saver" else inner)
+        answer = saver.get_tuple(run_read(THREAD))
+        assert saver.counters.reclaimed == stacked
+        _check(answer, inner.get_tuple(_root()), parent)
+        assert answer is not None
+        assert answer.checkpoint["channel_values"]["paint"] == "red"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -91,9 +92,13 @@ def test_parent_index_is_created(sqlite_path: str, pg_dsn: str) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(sqlite_path, check_same_thread=False)
-    RetainingSaver(SqliteSaver(conn)).storage_stats("t")
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    assert "retaining_saver_checkpoints_parent_idx" in names
+    saver = RetainingSaver(SqliteSaver(conn))
+    saver.storage_stats("t")
+    assert _sqlite_indexes(conn) == set(), "a read creates nothing"
+    chat_graph(saver).invoke(turn(0), thread("t"))
+    write_duration_leaf(saver, "t")
+    saver.enforce_thread_retention("t")
+    assert "retaining_saver_checkpoints_parent_idx" in _sqlite_indexes(conn)
     conn.close()
     with PostgresSaver.from_conn_string(pg_dsn) as inner:
         inner.setup()
@@ -105,3 +110,9 @@ def test_parent_index_is_created(sqlite_path: str, pg_dsn: str) -> None:
             "SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'"
         ).fetchall()
     assert ("retaining_saver_checkpoints_parent_idx",) in found
+
+
+def _sqlite_indexes(conn: Any) -> set[str]:
+    """The store's own indexes (not SQLite's automatic ones)."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    return {r[0] for r in rows if not r[0].startswith("sqlite_autoindex")}

@@ -274,10 +274,14 @@ class Backend(ABC):
         leaf: CheckpointNode,
         policy: RetentionPolicy,
         protected: frozenset[str],
+        *,
+        with_successor: bool = True,
     ) -> Op[LeafFacts | Skip]:
         """Delete `leaf` if `leaf_verdict` allows it on the rows as they are now.
 
         Answers the facts of the leaf taken, or the reason nothing was deleted.
+        `with_successor`: the facts carry what `successor` needs to build the
+        parent's tuple (a backend may skip reading it otherwise).
         """
         facts = yield from self.leaf_facts(
             thread_id, leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id

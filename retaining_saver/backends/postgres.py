@@ -171,29 +171,42 @@ WITH parent AS (
 )
 
 # The take, answering one row: whether it took the leaf; if not, whether the
-# leaf's row was still as judged; and the parent's row with its writes in the
-# saver's own array shape, all from the statement's snapshot.
-RECLAIM_LEAF_SQL = (
+# leaf's row was still as judged; and the parent's row, all from the
+# statement's snapshot. `{parent}` is one of the two parent selects below.
+_RECLAIM_LEAF_SQL = (
     _TAKE_LEAF_CTES
     + """
 SELECT t.taken, t.taken OR EXISTS (SELECT 1 FROM checkpoints AS c WHERE"""
     + _LEAF_AS_JUDGED
     + """
     ) AS leaf_as_judged,
-    p.parent_checkpoint_id, p.checkpoint, p.metadata,
-    (
-        SELECT array_agg(array[
-            w.task_id::text::bytea, w.channel::bytea, w.type::bytea, w.blob,
-            convert_to(w.task_path, 'UTF8'), w.idx::text::bytea
-        ])
-        FROM checkpoint_writes AS w
-        WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-            AND w.checkpoint_id = %(parent_id)s
-    ) AS parent_pending_writes,
-    set_config('synchronous_commit', 'off', true) AS commit_mode
+    set_config('synchronous_commit', 'off', true) AS commit_mode, p.*
 FROM (SELECT EXISTS (SELECT 1 FROM taken) AS taken) AS t
-LEFT JOIN parent AS p ON true
+LEFT JOIN LATERAL ({parent}) AS p ON true
 """
+)
+
+# The parent's row as the saver's own read selects it, blobs and writes
+# included: the run that reads after the take is answered from it, built as
+# the saver builds it, never from the leaf's already loaded values.
+RECLAIM_LEAF_READ_SQL = _RECLAIM_LEAF_SQL.format(
+    parent=BasePostgresSaver.SELECT_SQL
+    + """
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+        AND checkpoint_id = %(parent_id)s"""
+)
+
+# For an explicit admission, which reads no values: the parent's facts only,
+# so its cost does not grow with the thread's state.
+RECLAIM_LEAF_SQL = _RECLAIM_LEAF_SQL.format(
+    parent="""
+    SELECT parent.parent_checkpoint_id, parent.checkpoint, parent.metadata,
+        (
+            SELECT array_agg(w.idx) FROM checkpoint_writes AS w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+                AND w.checkpoint_id = %(parent_id)s
+        ) AS pending_writes
+    FROM parent"""
 )
 
 
@@ -354,11 +367,6 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return [dict(row) for row in await cur.fetchall()] if statement.fetch else []
 
 
-def _stored_inline(value: Any) -> bool:
-    """Whether the saver keeps `value` in the checkpoint JSONB rather than in a blob row."""
-    return value is None or isinstance(value, str | int | float | bool)
-
-
 def _node(row: Row, write_count: int) -> CheckpointNode:
     return CheckpointNode(
         checkpoint_ns=row["checkpoint_ns"],
@@ -383,31 +391,27 @@ def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
         parent_id=row["parent_checkpoint_id"],
         channel_versions=stored.get("channel_versions") or {},
         versions_seen=stored.get("versions_seen") or {},
-        write_count=len(row["parent_pending_writes"] or ()),
+        write_count=len(row["pending_writes"] or ()),
         metadata=row["metadata"] or {},
         ts=stored.get("ts") or "",
     )
 
 
-def _taken_facts(row: Row, params: Mapping[str, Any], leaf: CheckpointNode) -> LeafFacts:
-    """What the take of `leaf` proved before it deleted it; the parent's row is the successor's.
+def _taken_facts(
+    row: Row, params: Mapping[str, Any], leaf: CheckpointNode, *, with_successor: bool
+) -> LeafFacts:
+    """What the take of `leaf` proved before it deleted it; with `with_successor`, the
+    parent's row as the saver's `SELECT_SQL` reads it.
 
     The leaf's row was `leaf`, childless and the newest, its parent next.
     """
-    successor = {
-        **row,
-        "thread_id": params["thread_id"],
-        "checkpoint_ns": params["checkpoint_ns"],
-        "checkpoint_id": params["parent_id"],
-        "pending_writes": row["parent_pending_writes"] or [],
-    }
     return LeafFacts(
         leaf=leaf,
         parent=_parent_of(row, params),
         has_children=False,
         newest_id=leaf.checkpoint_id,
         runner_up_id=leaf.parent_id,
-        successor=successor,
+        successor=row if with_successor else None,
     )
 
 
@@ -528,17 +532,21 @@ class PostgresBackend(OneRoundBackend):
         leaf: CheckpointNode,
         policy: RetentionPolicy,
         protected: frozenset[str],
+        *,
+        with_successor: bool = True,
     ) -> Op[LeafFacts | Skip]:
         """Carry out the rules' deletion of `leaf` in one guarded statement.
 
         The statement re-checks every precondition of the `Deletion`; when it
         took nothing, `untaken_skip` names the reason from what it read: the
-        parent's row, and whether the leaf's was still as judged.
+        parent's row, and whether the leaf's was still as judged. With
+        `with_successor` it reads the parent's row as the saver's own read does.
         """
         params = _take_params(thread_id, leaf)
-        rows = yield Statement(RECLAIM_LEAF_SQL, params, fetch=True)
+        sql = RECLAIM_LEAF_READ_SQL if with_successor else RECLAIM_LEAF_SQL
+        rows = yield Statement(sql, params, fetch=True)
         if rows[0]["taken"]:
-            return _taken_facts(rows[0], params, leaf)
+            return _taken_facts(rows[0], params, leaf, with_successor=with_successor)
         parent = _parent_of(rows[0], params)
         return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
@@ -582,17 +590,13 @@ class PostgresBackend(OneRoundBackend):
         return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]), writes)
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
-        """The tuple the saver's get_tuple builds for the parent, without re-reading blobs.
+        """The tuple the saver's read builds for the parent, from the parent's own row.
 
-        The parent holds exactly the leaf's channel versions, so its blob-backed
-        values are the leaf's; its own JSONB holds the inline ones. A parent in
-        the pre-v4 format needs the saver's pending-sends migration: None.
+        Never from the leaf's loaded values: a value the serializer reads back
+        in another type than it was written cannot tell how it was stored.
         """
         row = facts.successor
-        if row is None or row["checkpoint"].get("v", 0) < 4:
-            return None
-        values = leaf.checkpoint["channel_values"]
-        return self._tuple_of(row, {k: v for k, v in values.items() if not _stored_inline(v)})
+        return None if row is None or row["checkpoint"] is None else self.read_tuple(row)
 
     def _tuple_of(
         self, row: Row, blob_values: dict[str, Any], writes: list[PendingWrite] | None = None
