@@ -31,6 +31,8 @@ class RetentionReport:
         kept: Every other checkpoint: (ns, id) -> the protection that keeps it.
         heads: The latest checkpoint id of each namespace before the pass.
         grafts: Children re-parented past removed duration links.
+        clones: Each deleted (or deletable) clone, and the checkpoint it cloned:
+            its id keeps resolving there for `reclaimed_id_ttl`.
         freed_blobs: Blob keys deleted (or, in a dry run, that would be).
         before: Storage statistics before the pass.
         after: Storage statistics after it (equal to `before` in a dry run).
@@ -44,6 +46,7 @@ class RetentionReport:
     kept: Mapping[NodeKey, Protection]
     heads: Mapping[str, str]
     grafts: tuple[Graft, ...]
+    clones: Mapping[NodeKey, str]
     freed_blobs: tuple[BlobKey, ...]
     before: StorageStats
     after: StorageStats = field(repr=False)
@@ -82,6 +85,11 @@ def retention_pass(
         kept=plan.kept,
         heads=plan.heads,
         grafts=tuple(applied.grafted),
+        clones={
+            (d.checkpoint_ns, d.checkpoint_id): d.clone_of
+            for d in applied.deleted
+            if d.clone_of is not None
+        },
         freed_blobs=tuple(applied.freed_blobs),
         before=before,
         after=after,

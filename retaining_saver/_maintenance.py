@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
 from retaining_saver._engine import RetentionReport, retention_pass, thread_pages
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
+from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver.backends._base import Backend, StorageStats
 
@@ -22,6 +24,7 @@ class MaintenanceMixin:
     performer: Performer
     policy: RetentionPolicy
     locks: ThreadLocks
+    reclaimed: ReclaimedIds
 
     def _require_backend(self) -> Backend:
         if self.backend is None:
@@ -29,9 +32,11 @@ class MaintenanceMixin:
         return self.backend
 
     def _policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
-        chosen = policy or RetentionPolicy(is_reclaimable_leaf=self.policy.is_reclaimable_leaf)
+        if policy is None:
+            policy = RetentionPolicy(is_reclaimable_leaf=self.policy.is_reclaimable_leaf)
+        chosen: Any = policy
         if not isinstance(chosen, RetentionPolicy):
-            raise TypeError(f"policy must be a RetentionPolicy, got {type(chosen).__name__}")
+            raise TypeError(f"policy must be a RetentionPolicy or None, got {chosen!r}")
         protected = chosen.protect_checkpoint_ids | self.policy.protect_checkpoint_ids
         return dataclasses.replace(chosen, protect_checkpoint_ids=protected)
 
@@ -43,9 +48,8 @@ class MaintenanceMixin:
         now: datetime | None,
     ) -> Flow[RetentionReport]:
         backend = self._require_backend()
-        return retention_pass(
-            str(thread_id), backend, self._policy(policy), dry_run=dry_run, now=now
-        )
+        validate.flag("dry_run", dry_run)
+        return retention_pass(thread_id, backend, self._policy(policy), dry_run=dry_run, now=now)
 
     def enforce_thread_retention(
         self,
@@ -64,9 +68,10 @@ class MaintenanceMixin:
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
+        validate.thread_id("thread_id", thread_id)
         flow = self._retention_pass(thread_id, policy, dry_run, now)
-        with self.locks.hold(str(thread_id)):
-            return drive(flow, self.performer)
+        with self.locks.hold(thread_id):
+            return self._noted_clones(drive(flow, self.performer))
 
     async def aenforce_thread_retention(
         self,
@@ -77,9 +82,17 @@ class MaintenanceMixin:
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
+        validate.thread_id("thread_id", thread_id)
         flow = self._retention_pass(thread_id, policy, dry_run, now)
-        async with self.locks.ahold(str(thread_id)):
-            return await adrive(flow, self.performer)
+        async with self.locks.ahold(thread_id):
+            return self._noted_clones(await adrive(flow, self.performer))
+
+    def _noted_clones(self, report: RetentionReport) -> RetentionReport:
+        """Under the thread's lock, remember what each deleted clone resolves to."""
+        if not report.dry_run:
+            for (ns, checkpoint_id), clone_id in report.clones.items():
+                self.reclaimed.note((report.thread_id, ns, checkpoint_id), clone_id)
+        return report
 
     def enforce_retention(
         self,
@@ -94,6 +107,7 @@ class MaintenanceMixin:
         Memory stays bounded by `page_size` ids and one thread's lineage.
         """
         self._require_backend()
+        thread_ids = validate.thread_ids("thread_ids", thread_ids)
         for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
             yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
 
@@ -116,6 +130,7 @@ class MaintenanceMixin:
     ) -> AsyncIterator[RetentionReport]:
         """Async `enforce_retention`."""
         backend = self._require_backend()
+        thread_ids = validate.thread_ids("thread_ids", thread_ids)
         if thread_ids is not None:
             for thread_id in thread_ids:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
@@ -129,6 +144,7 @@ class MaintenanceMixin:
 
     def storage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Rows and bytes per table for one thread, or for the whole store."""
+        validate.optional_thread_id("thread_id", thread_id)
         backend = self._require_backend()
         return backend.read(backend.stats(thread_id))
 
@@ -167,6 +183,7 @@ class MaintenanceMixin:
 
     async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Async `storage_stats`."""
+        validate.optional_thread_id("thread_id", thread_id)
         backend = self._require_backend()
         return await backend.aread(backend.stats(thread_id))
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from retaining_saver import _validate as validate
 from retaining_saver._lineage import CheckpointNode
 
 LeafPredicate = Callable[[CheckpointNode], bool]
@@ -44,48 +45,14 @@ class RetentionPolicy:
     is_reclaimable_leaf: LeafPredicate | None = None
 
     def __post_init__(self) -> None:
-        for name in ("trailing_duration_leaves", "prune_leaf_sibling_branches"):
-            _require(isinstance(getattr(self, name), bool), TypeError, f"{name} must be a bool")
-        _require(
-            isinstance(self.graft_duration_links, bool),
-            TypeError,
-            "graft_duration_links must be a bool",
-        )
-        cap = self.max_delete_per_run
-        if cap is not None:
-            _require(
-                isinstance(cap, int) and not isinstance(cap, bool),
-                TypeError,
-                "max_delete_per_run must be an int or None",
-            )
-            _require(cap >= 0, ValueError, f"max_delete_per_run must be >= 0, got {cap}")
-        age = self.sibling_branch_min_age
-        if age is not None:
-            _require(
-                isinstance(age, timedelta),
-                TypeError,
-                "sibling_branch_min_age must be a timedelta or None",
-            )
-            _require(age >= timedelta(0), ValueError, "sibling_branch_min_age must be >= 0")
-        ids = self.protect_checkpoint_ids
-        try:
-            # Materialised first: a generator would be used up by the check.
-            frozen = None if isinstance(ids, str | bytes) else frozenset(ids)
-        except TypeError:
-            frozen = None
-        _require(
-            frozen is not None and all(isinstance(i, str) for i in frozen),
-            TypeError,
-            "protect_checkpoint_ids must be a collection of str ids",
-        )
-        object.__setattr__(self, "protect_checkpoint_ids", frozen)
-        _require(
-            self.is_reclaimable_leaf is None or callable(self.is_reclaimable_leaf),
-            TypeError,
-            "is_reclaimable_leaf must be callable or None",
-        )
-
-
-def _require(ok: bool, error: type[Exception], message: str) -> None:
-    if not ok:
-        raise error(message)
+        for name in (
+            "trailing_duration_leaves",
+            "prune_leaf_sibling_branches",
+            "graft_duration_links",
+        ):
+            validate.flag(name, getattr(self, name))
+        validate.count("max_delete_per_run", self.max_delete_per_run, optional=True)
+        validate.duration("sibling_branch_min_age", self.sibling_branch_min_age, optional=True)
+        ids = validate.ids("protect_checkpoint_ids", self.protect_checkpoint_ids)
+        object.__setattr__(self, "protect_checkpoint_ids", ids)
+        validate.optional_callable("is_reclaimable_leaf", self.is_reclaimable_leaf)

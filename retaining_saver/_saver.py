@@ -8,11 +8,13 @@ import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, Self, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
+    ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
@@ -20,15 +22,17 @@ from langgraph.checkpoint.base import (
 )
 
 from retaining_saver import _admission
+from retaining_saver import _validate as validate
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Lookup, Performer, adrive, drive
+from retaining_saver._effects import Flow, Lookup, Performer, Read, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
 from retaining_saver._hints import LeafHints
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
+from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, ReclaimedIds
 from retaining_saver._rules import CheckpointNode, LeafPredicate, RetentionPolicy, Skip
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import HeadReader, OneRoundBackend
@@ -62,11 +66,6 @@ class AdmissionCounters:
     fallbacks: dict[str, int] = field(default_factory=dict)
 
 
-def _require(ok: bool, error: type[Exception], message: str) -> None:
-    if not ok:
-        raise error(message)
-
-
 class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
@@ -93,6 +92,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         is_reclaimable_leaf: Replaces the default duration-marker rule. A leaf
             must still clone its parent and own no writes.
         on_reclaim: Called with a `ReclaimEvent` per reclaimed checkpoint.
+        reclaimed_id_ttl: How long the id of a reclaimed duplicate keeps naming
+            the clone that survives it (a pinned read or run on it answers the
+            clone; see `_reclaimed`).
 
     Raises:
         TypeError: If `inner` is not a `BaseCheckpointSaver`, or a flag has the
@@ -114,6 +116,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         strict_pinned_reads: bool = False,
         is_reclaimable_leaf: LeafPredicate | None = None,
         on_reclaim: Callable[[ReclaimEvent], None] | None = None,
+        reclaimed_id_ttl: timedelta = RECLAIMED_ID_TTL,
     ) -> None:
         super().__init__(inner)
         for name, value in (
@@ -121,31 +124,27 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             ("retry_unpinned_reads", retry_unpinned_reads),
             ("strict_pinned_reads", strict_pinned_reads),
         ):
-            _require(isinstance(value, bool), TypeError, f"{name} must be a bool, got {value!r}")
-        _require(admission in _ADMISSIONS, ValueError, f"admission must be one of {_ADMISSIONS}")
-        caches = list(history_caches)
-        _require(
-            all(isinstance(c, HistoryCache) for c in caches),
-            TypeError,
-            "history_caches must hold HistoryCache objects (invalidate/purge and async twins)",
+            validate.flag(name, value)
+        validate.require(
+            admission in _ADMISSIONS, ValueError, f"admission must be one of {_ADMISSIONS}"
         )
-        _require(
+        caches = list(
+            validate.items_of(
+                "history_caches",
+                history_caches,
+                HistoryCache,
+                "HistoryCache objects (invalidate/purge and async twins)",
+            )
+        )
+        validate.require(
             on_reclaim is None or callable(on_reclaim), TypeError, "on_reclaim must be callable"
         )
-        _require(
-            not isinstance(protect_checkpoint_ids, str | bytes)
-            and all(isinstance(i, str) for i in protect_checkpoint_ids),
-            TypeError,
-            "protect_checkpoint_ids must be a collection of checkpoint id strings",
-        )
-        _require(
-            is_reclaimable_leaf is None or callable(is_reclaimable_leaf),
-            TypeError,
-            "is_reclaimable_leaf must be callable or None",
-        )
+        validate.duration("reclaimed_id_ttl", reclaimed_id_ttl, positive=True)
         self.policy = RetentionPolicy(
-            protect_checkpoint_ids=frozenset(protect_checkpoint_ids),
-            is_reclaimable_leaf=is_reclaimable_leaf,
+            protect_checkpoint_ids=validate.ids("protect_checkpoint_ids", protect_checkpoint_ids),
+            is_reclaimable_leaf=validate.optional_callable(
+                "is_reclaimable_leaf", is_reclaimable_leaf
+            ),
         )
         if isinstance(inner, HistoryCache):
             caches.append(inner)
@@ -172,7 +171,10 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
         self._resolved: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
-        self._successors: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
+        # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
+        self.reclaimed = ReclaimedIds(reclaimed_id_ttl)
+        if self.backend is not None:
+            self.backend.reclaimed_ttl = reclaimed_id_ttl
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Self:
         """The inner saver's allowlist clone, wrapped; locks and counters are shared."""
@@ -218,7 +220,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 return head
         with self.locks.hold(thread_id):
             flow = self._admission_read(thread_id, config, head, hinted)
-            admitted = drive(flow, self.performer)
+            admitted = self._noted(config, drive(flow, self.performer))
         return self._record(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -232,7 +234,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 return head
         async with self.locks.ahold(thread_id):
             flow = self._admission_read(thread_id, config, head, hinted)
-            admitted = await adrive(flow, self.performer)
+            admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[1]
 
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
@@ -274,34 +276,159 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         """
         config = self._thread_config(thread_id, checkpoint_ns)
         with self.locks.hold(thread_id):
-            admitted = drive(self._explicit(thread_id, config), self.performer)
+            admitted = self._noted(config, drive(self._explicit(thread_id, config), self.performer))
         return self._record(config, admitted)[0]
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
         async with self.locks.ahold(thread_id):
-            admitted = await adrive(self._explicit(thread_id, config), self.performer)
+            flow = self._explicit(thread_id, config)
+            admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
-        _require(
-            isinstance(thread_id, str) and bool(thread_id),
+        validate.thread_id("thread_id", thread_id)
+        validate.require(
+            isinstance(checkpoint_ns, str),
             TypeError,
-            "thread_id must be a non-empty str",
+            f"checkpoint_ns must be a str, got {checkpoint_ns!r}",
         )
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
 
     def _is_admission(self, config: RunnableConfig) -> bool:
         if self.admission != "auto" or self.backend is None:
             return False
+        if not isinstance(config.get("configurable", {}).get("thread_id"), str):
+            return False  # the bare saver judges such a read for itself
         return _admission.is_admission_read(config, self._runs)
 
     def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         found: CheckpointTuple | None = yield Lookup(config)
-        if config.get("configurable", {}).get("checkpoint_id"):
-            return found
-        return (yield from self._settle(found, config))
+        if not config.get("configurable", {}).get("checkpoint_id"):
+            return (yield from self._settle(found, config))
+        if found is None:
+            found = yield from self._reclaimed_read(config)
+        return found
+
+    def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
+        """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
+        it was (through stacked clones), read as the saver reads it; else None."""
+        configurable = config["configurable"]
+        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
+        if self.backend is None or not isinstance(thread_id, str) or not isinstance(ns, str):
+            return None
+        current = str(configurable["checkpoint_id"])
+        for _ in range(MAX_HOPS):
+            clone = self.reclaimed.clone_of((thread_id, ns, current))
+            if clone is None:
+                try:
+                    clone = yield Read(self.backend.reclaimed_clone(thread_id, ns, current))
+                except Exception as error:
+                    self._fell_back("the reclaimed-id lookup", error)
+                    return None
+            if clone is None:
+                return None
+            found: CheckpointTuple | None = yield Lookup(_pinned_to(config, clone))
+            if found is not None:
+                return found
+            current = clone
+        return None
+
+    # Writes: under the thread's lock, so that none lands on an id being reclaimed
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return super().put(config, checkpoint, metadata, new_versions)
+        with self.locks.hold(thread_id):
+            return super().put(self._onto_survivor(config), checkpoint, metadata, new_versions)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        async with self.locks.ahold(thread_id):
+            config = self._onto_survivor(config)
+            return await super().aput(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return super().put_writes(config, writes, task_id, task_path)
+        with self.locks.hold(thread_id):
+            return super().put_writes(self._onto_survivor(config), writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return await super().aput_writes(config, writes, task_id, task_path)
+        async with self.locks.ahold(thread_id):
+            config = self._onto_survivor(config)
+            return await super().aput_writes(config, writes, task_id, task_path)
+
+    def _lockable(self, config: RunnableConfig) -> str | None:
+        """The thread a write must lock, or None where nothing of ours can race it
+        (cleanup disabled, or an id the bare saver will judge for itself)."""
+        thread_id = config.get("configurable", {}).get("thread_id")
+        return thread_id if self.backend is not None and isinstance(thread_id, str) else None
+
+    def _onto_survivor(self, config: RunnableConfig) -> RunnableConfig:
+        """`config`, moved from an id this process reclaimed to the clone that survives it."""
+        configurable = config.get("configurable", {})
+        checkpoint_id = configurable.get("checkpoint_id")
+        if not checkpoint_id:
+            return config
+        key = (configurable["thread_id"], configurable.get("checkpoint_ns", ""), checkpoint_id)
+        survivor = self.reclaimed.survivor(key)
+        return config if survivor is None else _pinned_to(config, survivor)
+
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)
+        self._forget_reclaims(thread_id, lambda op: self._require_backend().run(op))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await super().adelete_thread(thread_id)
+        if self.backend is not None and isinstance(thread_id, str):
+            self.reclaimed.forget_thread(thread_id)
+            try:
+                await self.backend.arun(self.backend.forget_reclaimed(thread_id))
+            except Exception as error:
+                logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
+
+    def _forget_reclaims(self, thread_id: str, run: Callable[[Any], Any]) -> None:
+        """The thread is gone: so are the records of what was reclaimed in it."""
+        if self.backend is None or not isinstance(thread_id, str):
+            return
+        self.reclaimed.forget_thread(thread_id)
+        try:
+            run(self.backend.forget_reclaimed(thread_id))
+        except Exception as error:
+            logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
 
     def _settle(
         self, found: CheckpointTuple | None, config: RunnableConfig
@@ -336,8 +463,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if checkpoint_id and found is None and self.strict_pinned_reads:
             thread_id = str(configurable.get("thread_id"))
             ns = configurable.get("checkpoint_ns", "")
-            successor = self._successors.get((thread_id, ns, checkpoint_id))
-            raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, successor)
+            survivor = self.reclaimed.survivor((thread_id, ns, str(checkpoint_id)))
+            raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, survivor)
         return found
 
     # Admission
@@ -416,7 +543,6 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self._count("reclaimed", by=len(result.reclaimed))
         ns = config.get("configurable", {}).get("checkpoint_ns", "")
         for checkpoint_id in result.reclaimed:
-            self._remember_successor((result.thread_id, ns, checkpoint_id), result.head_id)
             logger.info(
                 "reclaimed checkpoint %s of thread %s (successor %s)",
                 checkpoint_id,
@@ -431,11 +557,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                     logger.exception("on_reclaim callback failed for %s", checkpoint_id)
         return admitted
 
-    def _remember_successor(self, key: tuple[str, str, str], successor: str | None) -> None:
-        with self._counts_lock:
-            self._successors[key] = successor
-            if len(self._successors) > 4096:
-                self._successors.popitem(last=False)
+    def _noted(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
+        """Remember, still under the thread's lock, that each reclaimed id now names the head:
+        a write this process puts on one of them lands on its clone instead."""
+        result = admitted[0]
+        if result.head_id is not None:
+            ns = config.get("configurable", {}).get("checkpoint_ns", "")
+            for checkpoint_id in result.reclaimed:
+                self.reclaimed.note((result.thread_id, ns, checkpoint_id), result.head_id)
+        return admitted
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -466,6 +596,12 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 self._resolved.move_to_end(key)
                 if len(self._resolved) > 1024:
                     self._resolved.popitem(last=False)
+
+
+def _pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
+    """`config`, pinned to `checkpoint_id` instead."""
+    configurable = {**config.get("configurable", {}), "checkpoint_id": checkpoint_id}
+    return cast(RunnableConfig, {**config, "configurable": configurable})
 
 
 def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:

@@ -96,6 +96,7 @@ def test_admission_work_is_bounded_and_flat(
     counts = []
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
+        saver.create_retention_indexes()  # as README says, once beside setup()
         stamper = saver if own_stamp else inner
         graph = build_chat_graph(stamper)
         for turns, thread_id in ((2, "short"), (40, "long")):
@@ -305,7 +306,9 @@ def test_unpinned_read_racing_a_reclaim_is_retried_once() -> None:
     assert found.checkpoint["channel_versions"] == head.checkpoint["channel_versions"]
 
 
-def test_pinned_read_never_moves() -> None:
+def test_a_pinned_read_of_a_reclaimed_id_answers_its_clone() -> None:
+    """A reclaimed duplicate's id names the clone that survives it, in every wrapper of
+    the store; an id that was never reclaimed still finds nothing (or raises)."""
     inner = InMemorySaver()
     saver = RetainingSaver(inner)
     strict = RetainingSaver(inner, strict_pinned_reads=True)
@@ -314,13 +317,17 @@ def test_pinned_read_never_moves() -> None:
     leaf = write_duration_leaf(saver, "p")
     assert leaf is not None
     result = strict.admit("p")
-    assert result.reclaimed == (leaf,)
-    assert saver.get_tuple(_pinned("p", leaf)) is None
+    assert result.reclaimed == (leaf,) and result.head_id is not None
+    clone = inner.get_tuple(_pinned("p", result.head_id))
+    assert clone is not None
+    assert saver.get_tuple(_pinned("p", leaf)) == clone
+    assert strict.get_tuple(_pinned("p", leaf)) == clone
+    never = "1f000000-0000-6000-8000-000000000000"
+    assert saver.get_tuple(_pinned("p", never)) is None
     with pytest.raises(CheckpointNotFoundError) as raised:
-        strict.get_tuple(_pinned("p", leaf))
-    assert raised.value.checkpoint_id == leaf
-    assert result.head_id is not None
-    assert raised.value.successor == result.head_id
+        strict.get_tuple(_pinned("p", never))
+    assert raised.value.checkpoint_id == never
+    assert raised.value.successor is None
 
 
 def test_lock_registry_does_not_grow() -> None:

@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, Pend
 
 from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
+from retaining_saver._reclaimed import RECLAIMED_ID_TTL
 from retaining_saver._rules import (
     BlobKey,
     CheckpointNode,
@@ -101,6 +102,7 @@ class Backend(ABC):
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
+        self.reclaimed_ttl = RECLAIMED_ID_TTL
 
     # Drivers
 
@@ -155,13 +157,13 @@ class Backend(ABC):
     ) -> Op[dict[str, CheckpointNode]]:
         """The named checkpoints of one namespace that exist, by id."""
 
+    @abstractmethod
     def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
-        """The newest checkpoint of the namespace, without its channel values."""
-        newest = yield from self.newest_id(thread_id, checkpoint_ns)
-        if newest is None:
-            return None
-        found = yield from self.load_nodes(thread_id, checkpoint_ns, [newest])
-        return found.get(newest)
+        """The newest checkpoint of the namespace, without its channel values.
+
+        One statement: it runs as a read, outside any transaction, so two
+        statements could see a row deleted between them.
+        """
 
     def leaf_facts(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
@@ -195,8 +197,15 @@ class Backend(ABC):
         nothing they prove can have changed; a backend that reads them outside
         its delete must re-check them in the delete itself.
         """
+        return (yield from self._delete(thread_id, deletion))
+
+    def _delete(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+        """Delete `deletion`'s checkpoint; a clone's id keeps resolving to what it cloned."""
         ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
-        return (yield from self.delete_checkpoint(thread_id, ns, checkpoint_id))
+        deleted = yield from self.delete_checkpoint(thread_id, ns, checkpoint_id)
+        if deleted and deletion.clone_of is not None:
+            yield from self.record_reclaimed(thread_id, ns, checkpoint_id, deletion.clone_of)
+        return deleted
 
     @abstractmethod
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
@@ -221,6 +230,24 @@ class Backend(ABC):
 
         Answers False, deleting nothing, if the row was already gone.
         """
+
+    @abstractmethod
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]:
+        """Record, in the deleting transaction, that `checkpoint_id` went as a duplicate of
+        `clone_id`; and forget the thread's records older than `reclaimed_ttl`."""
+
+    @abstractmethod
+    def reclaimed_clone(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[str | None]:
+        """The clone a reclaimed `checkpoint_id` was a duplicate of, within `reclaimed_ttl`;
+        None if it was not reclaimed (or no record exists yet). A read."""
+
+    @abstractmethod
+    def forget_reclaimed(self, thread_id: str) -> Op[None]:
+        """Delete every reclaim record of `thread_id`, once its checkpoints are gone."""
 
     @abstractmethod
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
@@ -256,9 +283,8 @@ class Backend(ABC):
                 yield from self.reparent(thread_id, graft)
                 applied.grafted.append(graft)
         for deletion in plan.deletions:
-            ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
             if (yield from self._deletion_holds(thread_id, deletion)) and (
-                yield from self.delete_checkpoint(thread_id, ns, checkpoint_id)
+                yield from self._delete(thread_id, deletion)
             ):
                 applied.deleted.append(deletion)
             else:

@@ -7,6 +7,9 @@ checkpoint may have an empty entry that was only ever read: it owns no writes.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
@@ -27,6 +30,14 @@ from retaining_saver.backends._base import (
 )
 
 Statement = Callable[[], Any]
+
+# Per saver, every reclaim record: (thread, ns, id) -> (clone id, when). Kept
+# beside the saver rather than in one backend, so every wrapper of the same
+# store (several "workers" in one process) resolves the others' reclaims.
+_RECLAIMED: weakref.WeakKeyDictionary[InMemorySaver, dict[tuple[str, str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_RECLAIMED_LOCK = threading.Lock()
 
 
 def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
@@ -168,6 +179,43 @@ class MemoryBackend(Backend):
 
         deleted: bool = yield statement
         return deleted
+
+    def _records(self) -> dict[tuple[str, str, str], Any]:
+        with _RECLAIMED_LOCK:
+            return _RECLAIMED.setdefault(self.saver, {})
+
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]:
+        def statement() -> None:
+            records, now = self._records(), time.time()
+            oldest = now - self.reclaimed_ttl.total_seconds()
+            for key in [k for k, (_, at) in records.items() if k[0] == thread_id and at < oldest]:
+                del records[key]
+            records[(thread_id, checkpoint_ns, checkpoint_id)] = (clone_id, now)
+
+        yield statement
+
+    def reclaimed_clone(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[str | None]:
+        def statement() -> str | None:
+            found = self._records().get((thread_id, checkpoint_ns, checkpoint_id))
+            if found is None or time.time() - found[1] > self.reclaimed_ttl.total_seconds():
+                return None
+            clone: str = found[0]
+            return clone
+
+        clone: str | None = yield statement
+        return clone
+
+    def forget_reclaimed(self, thread_id: str) -> Op[None]:
+        def statement() -> None:
+            records = self._records()
+            for key in [k for k in records if k[0] == thread_id]:
+                del records[key]
+
+        yield statement
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         def statement() -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
@@ -166,6 +167,16 @@ WITH parent AS (
             ORDER BY n.checkpoint_id DESC LIMIT 2
         ) = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
     RETURNING c.checkpoint_id
+), recorded AS (
+    INSERT INTO retaining_saver_reclaimed AS r
+        (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, checkpoint_id, %(parent_id)s, now() FROM taken
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+        DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at
+), expired AS (
+    DELETE FROM retaining_saver_reclaimed AS r
+    WHERE r.thread_id = %(thread_id)s AND r.reclaimed_at < now() - %(reclaimed_ttl)s::interval
+        AND EXISTS (SELECT 1 FROM taken)
 )
 """
 )
@@ -236,6 +247,52 @@ SELECT_HEAD_ROW_SQL = (
     BasePostgresSaver.SELECT_SQL
     + "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT 1"
 )
+
+# Each reclaimed duplicate's id and the clone it resolves to; written in the
+# deleting statement or transaction. Created before this backend's first
+# write (and by `create_indexes`); a read never creates it.
+# Two workers creating it at once can both pass IF NOT EXISTS; the loser's
+# unique violation on the catalog means the table is there, so it is ignored.
+CREATE_RECLAIMED_TABLE_SQL = """
+DO $$
+BEGIN
+    CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        checkpoint_id TEXT NOT NULL,
+        clone_id TEXT NOT NULL,
+        reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
+END
+$$
+"""
+
+UPSERT_RECLAIMED_SQL = """
+INSERT INTO retaining_saver_reclaimed (thread_id, checkpoint_ns, checkpoint_id, clone_id)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+    DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at
+"""
+
+DELETE_EXPIRED_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s AND reclaimed_at < now() - %s::interval
+"""
+
+DELETE_THREAD_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s
+"""
+
+SELECT_RECLAIMED_TABLE_SQL = """
+SELECT to_regclass('retaining_saver_reclaimed') IS NOT NULL AS found
+"""
+
+SELECT_RECLAIMED_CLONE_SQL = """
+SELECT clone_id FROM retaining_saver_reclaimed
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+    AND reclaimed_at >= now() - %s::interval
+"""
 
 # Lets the in-transaction "still childless?" check find children by index
 # instead of scanning the thread. Created by `create_indexes`, not implicitly:
@@ -415,7 +472,7 @@ def _taken_facts(
     )
 
 
-def _take_params(thread_id: str, leaf: CheckpointNode) -> dict[str, Any]:
+def _take_params(thread_id: str, leaf: CheckpointNode, ttl: timedelta) -> dict[str, Any]:
     """The parameters of the guarded take of `leaf`, with the parent it must clone."""
     return {
         "thread_id": str(thread_id),
@@ -426,6 +483,7 @@ def _take_params(thread_id: str, leaf: CheckpointNode) -> dict[str, Any]:
         "channel_versions": Jsonb(dict(leaf.channel_versions)),
         "versions_seen": Jsonb(dict(leaf.versions_seen)),
         "metadata": Jsonb(dict(leaf.metadata)),
+        "reclaimed_ttl": ttl,
     }
 
 
@@ -445,21 +503,39 @@ class PostgresBackend(OneRoundBackend):
 
     # Drivers
 
+    reclaimed_table_ready = False
+
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one transaction on the saver's connection."""
-        return self._run(op, each=False)
+        return self._run(self._ready(op), each=False)
 
     async def arun(self, op: Op[T]) -> T:
         """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
-        return await self._arun(op, each=False)
+        return await self._arun(self._ready(op), each=False)
 
     def run_each(self, op: Op[T]) -> T:
         """Carry out `op` one statement per transaction, on an autocommit connection."""
-        return self._run(op, each=True)
+        return self._run(self._ready(op), each=True)
 
     async def arun_each(self, op: Op[T]) -> T:
         """Async `run_each`."""
+        return await self._arun(self._ready(op), each=True)
+
+    def read(self, op: Op[T]) -> T:
+        """Carry out `op`, which only reads, one statement at a time, creating nothing."""
+        return self._run(op, each=True)
+
+    async def aread(self, op: Op[T]) -> T:
+        """Async `read`."""
         return await self._arun(op, each=True)
+
+    def _ready(self, op: Op[T]) -> Op[T]:
+        """`op`, preceded on this backend's first write by the reclaim records' table."""
+        if not self.reclaimed_table_ready:
+            yield Statement(CREATE_RECLAIMED_TABLE_SQL)
+        result = yield from op
+        self.reclaimed_table_ready = True
+        return result
 
     def _run(self, op: Op[T], *, each: bool) -> T:
         saver = self.saver
@@ -487,13 +563,16 @@ class PostgresBackend(OneRoundBackend):
                 return await adrive_statements(op, partial(_aexecute, cur))
 
     def create_indexes(self) -> None:
-        """Create the parent index, concurrently; needs an autocommit connection."""
+        """Create the parent index, concurrently, and the reclaim records' table; needs an
+        autocommit connection."""
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
             on_saver_loop(saver.loop, "create_indexes", self.acreate_indexes)
             return
         with saver._cursor() as cur:
             cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
+        self.reclaimed_table_ready = True
 
     async def acreate_indexes(self) -> None:
         """Async `create_indexes`."""
@@ -503,6 +582,8 @@ class PostgresBackend(OneRoundBackend):
             return
         async with saver._cursor() as cur:
             await cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            await cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
+        self.reclaimed_table_ready = True
 
     # Primitives
 
@@ -542,7 +623,7 @@ class PostgresBackend(OneRoundBackend):
         parent's row, and whether the leaf's was still as judged. With
         `with_successor` it reads the parent's row as the saver's own read does.
         """
-        params = _take_params(thread_id, leaf)
+        params = _take_params(thread_id, leaf, self.reclaimed_ttl)
         sql = RECLAIM_LEAF_READ_SQL if with_successor else RECLAIM_LEAF_SQL
         rows = yield Statement(sql, params, fetch=True)
         if rows[0]["taken"]:
@@ -566,7 +647,8 @@ class PostgresBackend(OneRoundBackend):
         The read is the saver's own `SELECT_SQL` of the newest checkpoint but
         the leaf if it went; its row is None for an empty namespace.
         """
-        rows = yield Statement(RECLAIM_AND_READ_SQL, _take_params(thread_id, leaf), fetch=True)
+        params = _take_params(thread_id, leaf, self.reclaimed_ttl)
+        rows = yield Statement(RECLAIM_AND_READ_SQL, params, fetch=True)
         row = rows[0]
         return bool(row["taken"]), None if row["checkpoint_id"] is None else row
 
@@ -636,6 +718,26 @@ class PostgresBackend(OneRoundBackend):
         if deleted:
             yield Statement(DELETE_WRITES_SQL, key)
         return bool(deleted)
+
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]:
+        yield Statement(DELETE_EXPIRED_RECLAIMED_SQL, (str(thread_id), self.reclaimed_ttl))
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        yield Statement(UPSERT_RECLAIMED_SQL, (*key, clone_id))
+
+    def reclaimed_clone(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[str | None]:
+        if not (yield Statement(SELECT_RECLAIMED_TABLE_SQL, (), True))[0]["found"]:
+            return None
+        params = (str(thread_id), checkpoint_ns, checkpoint_id, self.reclaimed_ttl)
+        rows = yield Statement(SELECT_RECLAIMED_CLONE_SQL, params, True)
+        return str(rows[0]["clone_id"]) if rows else None
+
+    def forget_reclaimed(self, thread_id: str) -> Op[None]:
+        if (yield Statement(SELECT_RECLAIMED_TABLE_SQL, (), True))[0]["found"]:
+            yield Statement(DELETE_THREAD_RECLAIMED_SQL, (str(thread_id),))
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)

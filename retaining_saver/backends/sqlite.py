@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +81,43 @@ CREATE INDEX IF NOT EXISTS retaining_saver_checkpoints_parent_idx
 ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
 """
 
+# Each reclaimed duplicate's id and the clone it resolves to; written in the
+# deleting transaction, created on first use with the parent index.
+CREATE_RECLAIMED_TABLE_SQL = """
+CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    clone_id TEXT NOT NULL,
+    reclaimed_at REAL NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+)
+"""
+
+INSERT_RECLAIMED_SQL = """
+INSERT OR REPLACE INTO retaining_saver_reclaimed
+    (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
+VALUES (?, ?, ?, ?, ?)
+"""
+
+DELETE_EXPIRED_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = ? AND reclaimed_at < ?
+"""
+
+DELETE_THREAD_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = ?
+"""
+
+# A read must not create the table, so it asks first whether there is one.
+SELECT_RECLAIMED_TABLE_SQL = """
+SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'retaining_saver_reclaimed'
+"""
+
+SELECT_RECLAIMED_CLONE_SQL = """
+SELECT clone_id FROM retaining_saver_reclaimed
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND reclaimed_at >= ?
+"""
+
 # The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
 SELECT_HEAD_ROW_SQL = (
     "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
@@ -113,6 +151,21 @@ SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.check
 FROM checkpoints AS c
 WHERE c.thread_id = ? AND c.checkpoint_ns = ?
     AND c.checkpoint_id IN (SELECT value FROM json_each(?))
+"""
+
+# One statement, so that a read outside any transaction sees one snapshot.
+SELECT_HEAD_NODE_SQL = """
+SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
+    c.metadata,
+    (
+        SELECT COUNT(*) FROM writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+FROM checkpoints AS c
+WHERE c.thread_id = ? AND c.checkpoint_ns = ?
+ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
 SELECT_HAS_CHILDREN_SQL = """
@@ -367,9 +420,11 @@ class SqliteBackend(HeadReader):
             return await _on_connection_thread(saver.conn, body, saver.conn._conn, op)
 
     def _indexed(self, op: Op[T]) -> Op[T]:
-        """`op`, preceded on this backend's first run by the parent index."""
+        """`op`, preceded on this backend's first run by the parent index and the
+        reclaim records' table."""
         if not self.index_ready:
             yield Statement(CREATE_PARENT_INDEX_SQL)
+            yield Statement(CREATE_RECLAIMED_TABLE_SQL)
         result = yield from op
         self.index_ready = True
         return result
@@ -398,6 +453,10 @@ class SqliteBackend(HeadReader):
         params = (str(thread_id), checkpoint_ns, json.dumps(list(ids)))
         rows = yield Statement(SELECT_NODES_SQL, params)
         return {r["checkpoint_id"]: self._node(r, r["write_count"]) for r in rows}
+
+    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
+        rows = yield Statement(SELECT_HEAD_NODE_SQL, (str(thread_id), checkpoint_ns))
+        return self._node(rows[0], rows[0]["write_count"]) if rows else None
 
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
@@ -484,6 +543,29 @@ class SqliteBackend(HeadReader):
         if deleted:
             yield Statement(DELETE_WRITES_SQL, key)
         return bool(deleted)
+
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]:
+        now = time.time()
+        oldest = now - self.reclaimed_ttl.total_seconds()
+        yield Statement(DELETE_EXPIRED_RECLAIMED_SQL, (str(thread_id), oldest))
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        yield Statement(INSERT_RECLAIMED_SQL, (*key, clone_id, now))
+
+    def reclaimed_clone(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[str | None]:
+        if not (yield Statement(SELECT_RECLAIMED_TABLE_SQL)):
+            return None
+        oldest = time.time() - self.reclaimed_ttl.total_seconds()
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(SELECT_RECLAIMED_CLONE_SQL, (*key, oldest))
+        return str(rows[0]["clone_id"]) if rows else None
+
+    def forget_reclaimed(self, thread_id: str) -> Op[None]:
+        if (yield Statement(SELECT_RECLAIMED_TABLE_SQL)):
+            yield Statement(DELETE_THREAD_RECLAIMED_SQL, (str(thread_id),))
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
