@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from graphs import build_chat_graph, chat_turn, thread_config, visible_history, visible_state
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
@@ -82,7 +81,7 @@ def test_another_process_resolves_the_held_id(kind: str, request: pytest.Fixture
     """The reclaim is recorded in the deleting transaction; another saver on another
     connection, which reclaimed nothing itself, resolves the held id through the store."""
     with open_sync(kind, request) as inner, open_sync(kind, request) as elsewhere:
-        graph, stamp, parent = _two_threads(RetainingSaver(inner))
+        _graph, stamp, parent = _two_threads(RetainingSaver(inner))
         other = RetainingSaver(elsewhere)
         other_graph = build_chat_graph(other)
         _same(other_graph, _at(RETAINED, stamp), _at(REFERENCE, parent))
@@ -157,7 +156,7 @@ def test_a_write_on_a_reclaimed_id_lands_on_its_clone(
 def test_a_held_id_expires_with_its_ttl(kind: str, request: pytest.FixtureRequest) -> None:
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner, reclaimed_id_ttl=timedelta(milliseconds=1))
-        graph, stamp, _ = _two_threads(saver)
+        _graph, stamp, _ = _two_threads(saver)
         time.sleep(0.01)
         assert saver.get_tuple(_at(RETAINED, stamp)) is None  # as for any deleted id
 
