@@ -15,7 +15,6 @@ which references every blob the leaf did.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections import OrderedDict
@@ -225,8 +224,17 @@ def _reclaim_stack(
     while node is not None and len(reclaimed) < _rules.MAX_STACKED_LEAVES:
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
             break
-        op = backend.reclaim_leaf(thread_id, node, policy, protected, with_successor=read)
-        facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
+        try:
+            op = backend.reclaim_leaf(thread_id, node, policy, protected, with_successor=read)
+            facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
+        except Exception as error:
+            if not reclaimed:
+                raise  # nothing committed: the caller's failsafe reports it
+            # Earlier rounds are committed: report them, and read the head as it is now.
+            logger.warning("retention round failed after reclaiming %s: %r", reclaimed, error)
+            head, node = yield from _head_now(thread_id, read_config, backend, read=read)
+            head_id = node.checkpoint_id if node is not None else None
+            return AdmissionResult(thread_id, tuple(reclaimed), Skip.FAILED, head_id), head
         if facts is None:
             skip = Skip.CACHE_INVALIDATION_FAILED
             break
@@ -243,13 +251,19 @@ def _reclaim_stack(
         skip = None  # the stack ended at its first checkpoint that is not a reclaimable leaf
     if skip is Skip.PRECONDITION_CHANGED:
         # Someone else changed the thread meanwhile: find the head as it is now.
-        if read:
-            head = yield Lookup(read_config)
-            node = node_of(head) if head is not None else None
-        else:
-            node = yield from head_node(thread_id, read_config, backend)
+        head, node = yield from _head_now(thread_id, read_config, backend, read=read)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
+
+
+def _head_now(
+    thread_id: str, config: RunnableConfig, backend: Backend, *, read: bool
+) -> Flow[tuple[CheckpointTuple | None, CheckpointNode | None]]:
+    """The head as it is now: read through the saver for a run (`read`), else its node."""
+    if read:
+        head: CheckpointTuple | None = yield Lookup(config)
+        return head, node_of(head) if head is not None else None
+    return None, (yield from head_node(thread_id, config, backend))
 
 
 def _is_taken(answer: LeafFacts | Skip) -> bool:
@@ -264,13 +278,25 @@ def _cache_safe_take(
     ids = [leaf.checkpoint_id]
     try:
         yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
-    except Exception:
+    except Exception as error:
+        logger.warning(
+            "history cache invalidation failed for checkpoint %s; it is kept: %r",
+            leaf.checkpoint_id,
+            error,
+        )
         return None
     answer: T = yield Transact(op, each=True)
     if taken(answer):
-        with contextlib.suppress(Exception):
+        try:
             # A reader may have refilled a cache between the invalidation and the delete.
             yield Invalidate(thread_id, leaf.checkpoint_ns, ids)
+        except Exception as error:
+            logger.warning(
+                "history cache invalidation after reclaiming %s failed; a cache may still "
+                "answer for it: %r",
+                leaf.checkpoint_id,
+                error,
+            )
     return answer
 
 

@@ -5,10 +5,20 @@ method of `BaseCheckpointSaver` goes to `inner` and returns what `inner`
 returns. Tools such as `langgraph-checkpoint-conformance` decide what a saver
 can do by asking which methods its *type* overrides, so a wrapper that
 overrides everything would claim capabilities its inner saver lacks. Each
-instance is therefore created as a cached subclass for the inner type, in
-which a method the inner type does not override is the `BaseCheckpointSaver`
-default again: detection sees what it would see on the bare saver, and calling
-it fails exactly as it fails on the bare saver.
+instance is therefore created as a cached subclass in which every method the
+inner saver lacks is the `BaseCheckpointSaver` default again: detection sees
+what the bare saver can do, and calling it fails exactly as it fails on the
+bare saver.
+
+What the inner saver lacks is asked of the *instance*, not of its type. A
+saver may forward attribute access to another saver (LangGraph's own test
+suite wraps an `InMemorySaver` in a class that defines only `get_tuple` and
+forwards the rest through `__getattribute__`): its type inherits the base
+defaults, yet every call works, so the wrapper forwards them. For such a
+saver, detection on the wrapper reports what the saver answers, where
+detection on its bare type reports only what the type defines. Mirrors are
+cached by the set of lacking names; for an ordinary saver that set is the one
+its type gives, so nothing changes for it.
 """
 
 from __future__ import annotations
@@ -28,7 +38,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-# Sync and async twins whose presence capability detection reads off the type.
+# Sync and async twins a saver may lack: the base defaults only raise
+# NotImplementedError, and capability detection reads their presence off the type.
 MIRRORED_METHODS: tuple[tuple[str, str], ...] = (
     ("put", "aput"),
     ("put_writes", "aput_writes"),
@@ -41,30 +52,67 @@ MIRRORED_METHODS: tuple[tuple[str, str], ...] = (
 )
 
 
-def overrides(saver_type: type, name: str) -> bool:
-    """Whether `saver_type` implements `name` rather than inheriting the base default."""
-    return getattr(saver_type, name, None) is not getattr(BaseCheckpointSaver, name, None)
+def answers_by_default(saver: BaseCheckpointSaver[Any], name: str) -> bool:
+    """Whether `saver.<name>`, as the instance resolves it, is the `BaseCheckpointSaver` default.
+
+    A default bound to another object counts too: a saver that forwards `prune`
+    to an `InMemorySaver` lacks it just as that `InMemorySaver` does.
+
+    Args:
+        saver: The saver to ask.
+        name: A method name of `BaseCheckpointSaver`.
+
+    Returns:
+        True if calling `saver.<name>` runs the base class's own function.
+    """
+    resolved = getattr(saver, name, None)
+    return getattr(resolved, "__func__", resolved) is getattr(BaseCheckpointSaver, name)
 
 
-_MIRRORS: dict[tuple[type, type], type[Any]] = {}
+def answers_by_own_default(saver: BaseCheckpointSaver[Any], name: str) -> bool:
+    """Whether `saver.<name>` is the base default bound to `saver` itself.
+
+    Only then does a default such as `get` read through `saver`'s own `get_tuple`;
+    a forwarding saver's `get` may read through another saver's.
+
+    Args:
+        saver: The saver to ask.
+        name: A method name of `BaseCheckpointSaver`.
+
+    Returns:
+        True if calling `saver.<name>` runs the base class's function on `saver`.
+    """
+    resolved = getattr(saver, name, None)
+    return answers_by_default(saver, name) and getattr(resolved, "__self__", None) is saver
+
+
+def lacking_methods(saver: BaseCheckpointSaver[Any]) -> frozenset[str]:
+    """The names of `MIRRORED_METHODS` that `saver` answers with the base default."""
+    return frozenset(
+        name for pair in MIRRORED_METHODS for name in pair if answers_by_default(saver, name)
+    )
+
+
+_MIRRORS: dict[tuple[type, frozenset[str]], type[Any]] = {}
 _MIRRORS_LOCK = threading.Lock()
 
 
-def _mirror_class(wrapper: type[DelegatingSaver], inner_type: type) -> type[DelegatingSaver]:
+def _mirror_class(
+    wrapper: type[DelegatingSaver], inner: BaseCheckpointSaver[Any]
+) -> type[DelegatingSaver]:
+    """The cached subclass of `wrapper` that lacks what `inner` lacks."""
+    key = (wrapper, lacking_methods(inner))
     with _MIRRORS_LOCK:
-        mirror = _MIRRORS.get((wrapper, inner_type))
+        mirror = _MIRRORS.get(key)
         if mirror is None:
-            mirror = _MIRRORS[(wrapper, inner_type)] = _new_mirror(wrapper, inner_type)
+            mirror = _MIRRORS[key] = _new_mirror(*key)
     return mirror
 
 
-def _new_mirror(wrapper: type[DelegatingSaver], inner_type: type) -> type[DelegatingSaver]:
-    namespace: dict[str, Any] = {"_mirror_of": inner_type, "__module__": wrapper.__module__}
-    for pair in MIRRORED_METHODS:
-        for name in pair:
-            if not overrides(inner_type, name):
-                namespace[name] = getattr(BaseCheckpointSaver, name)
-    name = f"{wrapper.__name__}[{inner_type.__name__}]"
+def _new_mirror(wrapper: type[DelegatingSaver], lacking: frozenset[str]) -> type[DelegatingSaver]:
+    namespace: dict[str, Any] = {name: getattr(BaseCheckpointSaver, name) for name in lacking}
+    namespace.update(_mirror_base=wrapper, __module__=wrapper.__module__)
+    name = f"{wrapper.__name__}[lacking {', '.join(sorted(lacking)) or 'nothing'}]"
     mirror = type(name, (wrapper,), namespace)
     mirror.__qualname__ = name
     return mirror
@@ -80,17 +128,18 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         TypeError: If `inner` is not a `BaseCheckpointSaver`.
     """
 
-    _mirror_of: ClassVar[type | None] = None
+    # On a mirror class: the class it mirrors (None on the class a user names).
+    _mirror_base: ClassVar[type[DelegatingSaver] | None] = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        if cls._mirror_of is not None:
+        if cls._mirror_base is not None:
             return super().__new__(cls)
         inner = args[0] if args else kwargs.get("inner")
         if not isinstance(inner, BaseCheckpointSaver):
             raise TypeError(
                 f"{cls.__name__} wraps a BaseCheckpointSaver; got {type(inner).__name__!r}"
             )
-        return cast(Self, super().__new__(_mirror_class(cls, type(inner))))
+        return cast(Self, super().__new__(_mirror_class(cls, inner)))
 
     def __init__(self, inner: BaseCheckpointSaver[Any], /) -> None:
         self.inner = inner
@@ -144,6 +193,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
     # Sync methods
 
     def get(self, config: RunnableConfig) -> Checkpoint | None:
+        # Through this wrapper's get_tuple only where the bare saver reads through its own.
+        if not answers_by_own_default(self.inner, "get"):
+            return self.inner.get(config)
         if value := self.get_tuple(config):
             return value.checkpoint
         return None
@@ -211,7 +263,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         inner = self.inner.with_allowlist(extra_allowlist)
         if inner is self.inner:
             return self
-        clone = object.__new__(type(self))
+        # The clone may be another kind of saver (a forwarding saver hands back its target's).
+        wrapper = type(self)._mirror_base or type(self)
+        clone = cast(Self, object.__new__(_mirror_class(wrapper, inner)))
         clone.__dict__.update(self.__dict__)
         clone.inner = inner
         return clone
@@ -219,6 +273,9 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
     # Async methods
 
     async def aget(self, config: RunnableConfig) -> Checkpoint | None:
+        # As in `get`.
+        if not answers_by_own_default(self.inner, "aget"):
+            return await self.inner.aget(config)
         if value := await self.aget_tuple(config):
             return value.checkpoint
         return None

@@ -8,6 +8,7 @@ request path.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,8 @@ from retaining_saver import _rules
 from retaining_saver._effects import Flow, Invalidate, Read, Transact
 from retaining_saver._rules import BlobKey, Graft, Lineage, NodeKey, Protection, RetentionPolicy
 from retaining_saver.backends._base import Applied, Backend, StorageStats
+
+logger = logging.getLogger("retaining_saver")
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class RetentionReport:
             its id keeps resolving there for `reclaimed_id_ttl`.
         freed_blobs: Blob keys deleted (or, in a dry run, that would be).
         before: Storage statistics before the pass.
-        after: Storage statistics after it (equal to `before` in a dry run).
+        after: Storage statistics after it (equal to `before` in a dry run; None if
+            reading them failed after the deletions were committed).
     """
 
     thread_id: str
@@ -49,7 +53,7 @@ class RetentionReport:
     clones: Mapping[NodeKey, str]
     freed_blobs: tuple[BlobKey, ...]
     before: StorageStats
-    after: StorageStats = field(repr=False)
+    after: StorageStats | None = field(repr=False)
 
 
 def retention_pass(
@@ -67,13 +71,18 @@ def retention_pass(
     applied = Applied(
         deleted=list(plan.deletions), grafted=list(plan.grafts), freed_blobs=list(plan.freed_blobs)
     )
-    after = before
+    after: StorageStats | None = before
     if not dry_run and not plan.empty:
         for ns in sorted({d.checkpoint_ns for d in plan.deletions}):
             ids = [d.checkpoint_id for d in plan.deletions if d.checkpoint_ns == ns]
             yield Invalidate(thread_id, ns, ids)
         applied = yield Transact(backend.apply_plan(thread_id, plan))
-        after = yield Read(backend.stats(thread_id))
+        try:
+            after = yield Read(backend.stats(thread_id))
+        except Exception as error:
+            # The deletions are committed: the caller must get their report all the same.
+            logger.warning("statistics after retention of %s failed: %r", thread_id, error)
+            after = None
     if not backend.stores_blobs:
         applied.freed_blobs.clear()
     return RetentionReport(

@@ -1,14 +1,34 @@
 # Shared set-up for scripts/test and scripts/demo (sourced from the repo root).
-# Creates .venv if missing, installs the package and its dev extras at the
-# pinned versions of constraints.txt, and puts .venv/bin first on PATH.
-# pip's output goes to .venv/pip-install.log and is shown only if it fails.
+# RETAINING_SAVER_VERSIONS chooses the versions of the dependencies:
+#   pinned (the default): .venv, at the versions pinned in constraints.txt;
+#   newest: .venv-newest, at the newest versions pyproject.toml admits, upgraded
+#   on every run so that it follows new releases.
+# Creates the venv if missing, installs the package and its dev extras, and puts
+# the venv's bin/ first on PATH. pip's output goes to <venv>/pip-install.log and
+# is shown only if it fails.
 
-if [[ ! -x .venv/bin/python ]]; then
-    python3 -m venv .venv
+case "${RETAINING_SAVER_VERSIONS:-pinned}" in
+    pinned)
+        _venv_dir=.venv
+        _venv_pip_args=(-c constraints.txt)
+        ;;
+    newest)
+        _venv_dir=.venv-newest
+        _venv_pip_args=(--upgrade --upgrade-strategy eager)
+        ;;
+    *)
+        echo "RETAINING_SAVER_VERSIONS must be pinned or newest, not '$RETAINING_SAVER_VERSIONS'" >&2
+        exit 2
+        ;;
+esac
+
+if [[ ! -x $_venv_dir/bin/python ]]; then
+    python3 -m venv "$_venv_dir"
 fi
-if ! .venv/bin/python -m pip install -c constraints.txt -e ".[dev]" >.venv/pip-install.log 2>&1; then
-    cat .venv/pip-install.log >&2
-    echo "pip install failed (log: .venv/pip-install.log)" >&2
+if ! "$_venv_dir/bin/python" -m pip install "${_venv_pip_args[@]}" -e ".[dev]" \
+    >"$_venv_dir/pip-install.log" 2>&1; then
+    cat "$_venv_dir/pip-install.log" >&2
+    echo "pip install failed (log: $_venv_dir/pip-install.log)" >&2
     exit 1
 fi
-export PATH="$PWD/.venv/bin:$PATH"
+export PATH="$PWD/$_venv_dir/bin:$PATH"

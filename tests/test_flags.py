@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -65,3 +67,100 @@ def test_with_allowlist_clone_reads_through_the_new_inner() -> None:
     assert clone.performer.inner is clone.inner
     assert clone.backend is not None and clone.backend.saver is clone.inner
     assert clone.serde is clone.inner.serde
+
+
+def test_protect_checkpoint_ids_from_a_generator_still_protect() -> None:
+    inner = InMemorySaver()
+    chat_graph(inner).invoke(turn(0), thread("gen"))
+    leaf = write_duration_leaf(inner, "gen")
+    saver = RetainingSaver(inner, protect_checkpoint_ids=(i for i in [leaf]))
+    assert saver.admit("gen").skipped is Skip.PROTECTED
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("history_caches", None), ("history_caches", "cache"), ("reclaimed_id_ttl", 30)],
+)
+def test_more_bad_flags_name_themselves(flag: str, value: Any) -> None:
+    with pytest.raises(TypeError, match=flag):
+        RetainingSaver(InMemorySaver(), **{flag: value})
+
+
+@pytest.mark.parametrize("policy", [{}, 0, "", []])
+def test_a_falsy_policy_is_not_the_default(policy: Any) -> None:
+    with pytest.raises(TypeError, match="policy"):
+        RetainingSaver(InMemorySaver()).enforce_thread_retention("t", policy)
+
+
+@pytest.mark.parametrize("thread_id", [None, 5, b"t", ""])
+def test_engine_entry_points_refuse_a_thread_id_that_is_not_a_str(thread_id: Any) -> None:
+    saver = RetainingSaver(InMemorySaver())
+    with pytest.raises(TypeError, match="thread_id"):
+        saver.enforce_thread_retention(thread_id)
+    with pytest.raises(TypeError, match="thread_id"):
+        saver.admit(thread_id)
+    if thread_id is not None:
+        with pytest.raises(TypeError, match="thread_id"):
+            saver.storage_stats(thread_id)
+
+
+async def test_a_str_of_thread_ids_is_refused_not_iterated() -> None:
+    saver = RetainingSaver(InMemorySaver())
+    with pytest.raises(TypeError, match="thread_ids"):
+        list(saver.enforce_retention("5None"))
+    with pytest.raises(TypeError, match="thread_ids"):
+        [r async for r in saver.aenforce_retention("5None")]
+    with pytest.raises(TypeError, match="thread_ids"):
+        list(saver.enforce_retention([None]))  # type: ignore[list-item]
+
+
+def _outcome(saver: Any, thread_id: Any) -> Any:
+    try:
+        return chat_graph(saver).invoke(turn(0), {"configurable": {"thread_id": thread_id}})
+    except Exception as error:
+        return type(error).__name__
+
+
+@contextmanager
+def _two_stores(kind: str, request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    """Two empty stores of `kind`: the bare run and the wrapped one must not meet."""
+    from conftest import create_database, drop_database
+    from savers import open_sync
+
+    if kind == "memory":
+        yield InMemorySaver(), InMemorySaver()
+        return
+    with open_sync(kind, request) as first:
+        if kind == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            tmp = request.getfixturevalue("tmp_path")
+            with SqliteSaver.from_conn_string(str(tmp / "second.sqlite")) as second:
+                yield first, second
+            return
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        server = request.getfixturevalue("pg_server")
+        dsn = create_database(server)
+        try:
+            with PostgresSaver.from_conn_string(dsn) as second:
+                second.setup()
+                yield first, second
+        finally:
+            drop_database(server, dsn)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+@pytest.mark.parametrize("thread_id", [None, 5])
+def test_a_run_on_a_thread_id_that_is_not_a_str_does_what_the_bare_run_does(
+    kind: str, thread_id: Any, request: pytest.FixtureRequest
+) -> None:
+    """LangGraph itself turns 5 into "5"; None reaches the saver as None, and the
+    wrapper hands it on untouched (never admitted into a thread named "None")."""
+    with _two_stores(kind, request) as (bare, inner):
+        saver = RetainingSaver(inner)
+        assert _outcome(saver, thread_id) == _outcome(bare, thread_id)
+        if thread_id is None:
+            assert saver.counters.attempted == 0
+            named_none: Any = {"configurable": {"thread_id": "None"}}
+            assert (saver.get_tuple(named_none) is None) == (bare.get_tuple(named_none) is None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -62,6 +63,8 @@ from retaining_saver.backends._base import (
     on_saver_loop,
     tuple_configs,
 )
+
+logger = logging.getLogger("retaining_saver")
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
@@ -295,12 +298,14 @@ def _execute(conn: sqlite3.Connection, statement: Statement) -> list[Row]:
 
 def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
     with _commit_without_fsync(conn):
-        _execute(conn, Statement(BEGIN_SQL))
         try:
+            _execute(conn, Statement(BEGIN_SQL))
             result = drive_statements(op, partial(_execute, conn))
             conn.commit()
         except BaseException:
-            conn.rollback()
+            # Whatever failed after BEGIN ran must not leave the connection inside it.
+            if conn.in_transaction:
+                conn.rollback()
             raise
     return result
 
@@ -324,7 +329,11 @@ def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
         yield
     finally:
         if relax:
-            _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=level)))
+            try:
+                _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=level)))
+            except sqlite3.Error as error:
+                # The transaction already ended; only this connection's durability is off.
+                logger.warning("could not restore PRAGMA synchronous = %s: %r", level, error)
 
 
 def _statements(conn: sqlite3.Connection, op: Op[T]) -> T:
