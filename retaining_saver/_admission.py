@@ -385,18 +385,27 @@ def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:
     return head_skip(found, policy, {}) is None
 
 
-def still_there(target: CheckpointTuple, backend: Backend) -> Flow[bool]:
-    """Whether `target`'s row still exists: one probe by primary key."""
-    node = node_of(target)
-    thread_id = str(target.config["configurable"]["thread_id"])
-    op = backend.load_nodes(thread_id, node.checkpoint_ns, [node.checkpoint_id])
+@dataclass(frozen=True, slots=True)
+class ReadTarget:
+    """What the delta-history reads after an unpinned read need of its result: where it
+    was and its parent (never the state itself, which may be large)."""
+
+    config: RunnableConfig
+    parent_config: RunnableConfig | None
+
+
+def still_there(config: RunnableConfig, backend: Backend) -> Flow[bool]:
+    """Whether the checkpoint `config` names still exists: one probe by primary key, a read."""
+    configurable = config["configurable"]
+    thread_id, checkpoint_id = str(configurable["thread_id"]), configurable["checkpoint_id"]
+    op = backend.load_nodes(thread_id, configurable.get("checkpoint_ns", ""), [checkpoint_id])
     still: dict[str, CheckpointNode] = yield Read(op)
-    return node.checkpoint_id in still
+    return checkpoint_id in still
 
 
 def vanished_history(
     answer: Mapping[str, Any],
-    target: CheckpointTuple,
+    target: ReadTarget,
     channels: Sequence[str],
     backend: Backend,
 ) -> Flow[Mapping[str, Any]]:
@@ -409,7 +418,7 @@ def vanished_history(
     """
     if any(entry.get("writes") or "seed" in entry for entry in answer.values()):
         return answer
-    if target.parent_config is None or (yield from still_there(target, backend)):
+    if target.parent_config is None or (yield from still_there(target.config, backend)):
         return answer
     parent: CheckpointTuple | None = yield Lookup(target.parent_config)
     if parent is None:

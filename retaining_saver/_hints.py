@@ -13,6 +13,7 @@ admission goes on as usual.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -27,15 +28,40 @@ from retaining_saver._rules import CheckpointNode, RetentionPolicy
 logger = logging.getLogger("retaining_saver")
 
 
+MAX_HINT_BYTES = 64 * 1024
+"""A stamp whose metadata serializes larger than this is not remembered: its admission
+reads first and takes second, as for a stamp another process wrote."""
+
+MAX_HINTS_BYTES = 8 * 1024 * 1024
+"""All hints together hold at most about this many bytes of metadata."""
+
+
 class LeafHints:
     """Per thread, the root-namespace checkpoint last put through this saver, if it may
-    be a duration leaf; for the most recent `size` threads."""
+    be a duration leaf; for the most recent `size` threads, within `max_bytes` of
+    metadata in all (each hint within `max_hint_bytes`)."""
 
-    def __init__(self, policy: RetentionPolicy, size: int = 4096) -> None:
+    def __init__(
+        self,
+        policy: RetentionPolicy,
+        size: int = 4096,
+        *,
+        max_hint_bytes: int = MAX_HINT_BYTES,
+        max_bytes: int = MAX_HINTS_BYTES,
+    ) -> None:
         self._policy = policy
         self._size = size
-        self._leaves: OrderedDict[str, CheckpointNode] = OrderedDict()
+        self._max_hint_bytes = max_hint_bytes
+        self._max_bytes = max_bytes
+        self._leaves: OrderedDict[str, tuple[CheckpointNode, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """The serialized size of the metadata the hints hold now."""
+        with self._lock:
+            return self._bytes
 
     def __len__(self) -> int:
         with self._lock:
@@ -56,14 +82,23 @@ class LeafHints:
         except Exception:
             logger.debug("put on thread %s is no leaf hint", thread_id, exc_info=True)
             leaf = None
+        size = _size_of(leaf.metadata) if leaf is not None else 0
         with self._lock:
-            if leaf is None:
-                self._leaves.pop(thread_id, None)
+            self._forget(thread_id)
+            if leaf is None or size > self._max_hint_bytes:
                 return
-            self._leaves[thread_id] = leaf
-            self._leaves.move_to_end(thread_id)
-            if len(self._leaves) > self._size:
-                self._leaves.popitem(last=False)
+            self._leaves[thread_id] = (leaf, size)
+            self._bytes += size
+            while len(self._leaves) > self._size or self._bytes > self._max_bytes:
+                self._forget(next(iter(self._leaves)))
+
+    def _forget(self, thread_id: str) -> CheckpointNode | None:
+        """Drop `thread_id`'s hint (the lock is held); the hint, if there was one."""
+        found = self._leaves.pop(thread_id, None)
+        if found is None:
+            return None
+        self._bytes -= found[1]
+        return found[0]
 
     def _leaf_of(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any
@@ -88,4 +123,9 @@ class LeafHints:
         if not self._leaves:
             return None  # every admission read asks; most find none, without the lock
         with self._lock:
-            return self._leaves.pop(thread_id, None)
+            return self._forget(thread_id)
+
+
+def _size_of(metadata: Any) -> int:
+    """About how many bytes `metadata` holds: its JSON, as the SQL savers store it."""
+    return len(json.dumps(metadata, default=repr, separators=(",", ":")))

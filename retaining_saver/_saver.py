@@ -170,7 +170,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self._runs = _admission.RunTracker()
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
-        self._resolved: OrderedDict[tuple[str, str, str], CheckpointTuple] = OrderedDict()
+        # Heads an unpinned read returned that could vanish: for their delta-history reads.
+        self._resolved: OrderedDict[tuple[str, str, str], _admission.ReadTarget] = OrderedDict()
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
         self.reclaimed = ReclaimedIds(reclaimed_id_ttl)
         if self.backend is not None:
@@ -444,7 +445,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if not _admission.could_vanish(found, self.policy):
             return found
         try:
-            still = yield from _admission.still_there(found, self.backend)
+            still = yield from _admission.still_there(found.config, self.backend)
         except Exception as error:
             # The probe is cleanup's, not the read's: the read stands as the saver answered it.
             self._fell_back("the still-there probe", error)
@@ -592,7 +593,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if found is not None:
             key = _checkpoint_key(found.config)
             with self._counts_lock:
-                self._resolved[key] = found
+                self._resolved[key] = _admission.ReadTarget(found.config, found.parent_config)
                 self._resolved.move_to_end(key)
                 if len(self._resolved) > 1024:
                     self._resolved.popitem(last=False)
