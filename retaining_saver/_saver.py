@@ -165,6 +165,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             )
         self.performer = Performer(inner, self.backend, self.history_caches)
         hinting = isinstance(self.backend, OneRoundBackend) and admission == "auto"
+        hinting = hinting and self.backend is not None and self.backend.fast
         self.hints = LeafHints(self.policy) if hinting else None
         self.locks = ThreadLocks()
         self._runs = _admission.RunTracker()

@@ -8,11 +8,15 @@ reaches a saver whose layout we have not tested.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from retaining_saver.backends import _upstream
 from retaining_saver.backends._base import Backend
+
+logger = logging.getLogger("retaining_saver")
 
 # (module, class name) of each supported saver -> our module implementing it.
 _SUPPORTED: dict[tuple[str, str], str] = {
@@ -37,7 +41,28 @@ def backend_for(saver: BaseCheckpointSaver[Any]) -> Backend | None:
         return None
     module = importlib.import_module(f"retaining_saver.backends.{name}")
     backend: Backend = module.make_backend(saver)
+    backend.drift = _upstream.drift(name, saver)
+    if backend.drift:
+        _warn_drift(type(saver).__name__, backend.drift)
     return backend
+
+
+_warned: set[tuple[str, ...]] = set()
+
+
+def _warn_drift(saver_name: str, drift: list[str]) -> None:
+    key = (saver_name, *drift)
+    if key in _warned:
+        return
+    _warned.add(key)
+    logger.warning(
+        "retaining-saver: %s's internals differ from those audited (%s; installed %s, "
+        "audited %s): its fast paths are off, and reads go through the saver's own calls",
+        saver_name,
+        "; ".join(drift),
+        _upstream.installed_versions(),
+        _upstream.AUDITED_VERSIONS,
+    )
 
 
 __all__ = ["Backend", "backend_for", "backend_name"]

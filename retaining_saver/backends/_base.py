@@ -103,6 +103,14 @@ class Backend(ABC):
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
         self.reclaimed_ttl = RECLAIMED_ID_TTL
+        # What of the saver's internals no longer matches the audit (`_upstream`).
+        self.drift: list[str] = []
+
+    @property
+    def fast(self) -> bool:
+        """Whether the fast paths built on the saver's internals may run: the internals
+        match what `_upstream` audited. Else every read goes through the saver."""
+        return not self.drift
 
     # Drivers
 

@@ -132,8 +132,9 @@ class MemoryBackend(Backend):
         return facts
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
-        """The tuple the saver's unpinned get_tuple builds for the parent, from its row."""
-        if facts.parent is None:
+        """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
+        None on drift, so that the saver reads it."""
+        if facts.parent is None or not self.fast:
             return None
         configurable = leaf.config["configurable"]
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")

@@ -624,6 +624,7 @@ class PostgresBackend(OneRoundBackend):
         `with_successor` it reads the parent's row as the saver's own read does.
         """
         params = _take_params(thread_id, leaf, self.reclaimed_ttl)
+        with_successor = with_successor and self.fast  # else the saver reads the parent
         sql = RECLAIM_LEAF_READ_SQL if with_successor else RECLAIM_LEAF_SQL
         rows = yield Statement(sql, params, fetch=True)
         if rows[0]["taken"]:
@@ -634,8 +635,8 @@ class PostgresBackend(OneRoundBackend):
     @property
     def reads_head_for_less(self) -> bool:
         """True for `AsyncPostgresSaver`, whose read always deserializes pending writes in a
-        worker thread; `PostgresSaver` has no async read at all."""
-        return isinstance(self.saver, AsyncPostgresSaver)
+        worker thread; `PostgresSaver` has no async read at all. Off on drift."""
+        return isinstance(self.saver, AsyncPostgresSaver) and self.fast
 
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
         rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns), fetch=True)

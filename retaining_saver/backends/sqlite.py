@@ -475,7 +475,7 @@ class SqliteBackend(HeadReader):
         rows = yield Statement(SELECT_NODES_SQL, (str(thread_id), checkpoint_ns, json.dumps(ids)))
         decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
         nodes = {i: _node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
-        if parent_id is None or parent_id not in decoded:
+        if parent_id is None or parent_id not in decoded or not self.fast:
             return nodes, None
         writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
         return nodes, (*decoded[parent_id], writes)
@@ -489,8 +489,9 @@ class SqliteBackend(HeadReader):
         return [tuple(r.values()) for r in rows]
 
     def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
-        """The tuple the saver's unpinned get_tuple builds from the parent's row."""
-        if facts.successor is None:
+        """The tuple the saver's unpinned get_tuple builds from the parent's row; None on
+        drift, so that the saver reads it."""
+        if facts.successor is None or not self.fast:
             return None
         row, checkpoint, writes = facts.successor
         thread_id = str(leaf.config["configurable"]["thread_id"])
@@ -508,8 +509,9 @@ class SqliteBackend(HeadReader):
 
     @property
     def reads_head_for_less(self) -> bool:
-        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save."""
-        return isinstance(self.saver, AsyncSqliteSaver)
+        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save. Off on
+        drift."""
+        return isinstance(self.saver, AsyncSqliteSaver) and self.fast
 
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
         """The saver's own statements: the newest row, then its pending writes."""
