@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, History, Invalidate, Lookup, Offload, Read, Transact
+from retaining_saver._effects import Flow, History, Invalidate, Lookup, Mode, Offload, Run
 from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
 
@@ -166,7 +166,7 @@ def read_head(
     does, deserializing pending writes in a worker thread only where the
     saver does and there are some.
     """
-    row = yield Read(backend.head_row(thread_id, _namespace(config)))
+    row = yield Run(backend.head_row(thread_id, _namespace(config)), Mode.READ)
     if row is None:
         return None
     return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
@@ -202,7 +202,9 @@ def head_node(
     thread_id: str, config: RunnableConfig, backend: Backend
 ) -> Flow[CheckpointNode | None]:
     """The newest checkpoint of `config`'s namespace, without its values; a read."""
-    node: CheckpointNode | None = yield Read(backend.head_node(thread_id, _namespace(config)))
+    node: CheckpointNode | None = yield Run(
+        backend.head_node(thread_id, _namespace(config)), Mode.READ
+    )
     return node
 
 
@@ -285,7 +287,7 @@ def _cache_safe_take(
             error,
         )
         return None
-    answer: T = yield Transact(op, each=True)
+    answer: T = yield Run(op, Mode.GUARDED)
     if taken(answer):
         try:
             # A reader may have refilled a cache between the invalidation and the delete.
@@ -399,7 +401,7 @@ def still_there(config: RunnableConfig, backend: Backend) -> Flow[bool]:
     configurable = config["configurable"]
     thread_id, checkpoint_id = str(configurable["thread_id"]), configurable["checkpoint_id"]
     op = backend.load_nodes(thread_id, configurable.get("checkpoint_ns", ""), [checkpoint_id])
-    still: dict[str, CheckpointNode] = yield Read(op)
+    still: dict[str, CheckpointNode] = yield Run(op, Mode.READ)
     return checkpoint_id in still
 
 

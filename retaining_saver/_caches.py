@@ -10,35 +10,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory
 
 from retaining_saver._effects import Flow, History
+from retaining_saver._history_cache import HistoryCache
 
-
-@runtime_checkable
-class HistoryCache(Protocol):
-    """What `RetainingSaver` needs from a cache: forget ids, or whole threads.
-
-    `purge(None)` forgets every thread (used by `delete_for_runs`, which does
-    not say which threads it touches).
-    """
-
-    def invalidate(self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]) -> None:
-        """Forget everything derived from these checkpoints."""
-
-    async def ainvalidate(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]
-    ) -> None:
-        """Async `invalidate`."""
-
-    def purge(self, thread_id: str | None) -> None:
-        """Forget everything about `thread_id`, or about every thread if None."""
-
-    async def apurge(self, thread_id: str | None) -> None:
-        """Async `purge`."""
+__all__ = ["DeltaHistoryCache", "HistoryCache", "cached_history"]
 
 
 CacheKey = tuple[str, str, str, str]

@@ -1,7 +1,7 @@
 """Cleanup written once, as generators of effects, and the two drivers that run them.
 
 Admission cleanup and the retention engine yield small effect values
-(`Lookup`, `Invalidate`, `Transact`, `Read`, ...) and receive their results. `drive` carries
+(`Lookup`, `Invalidate`, `Run`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
 the logic has one copy whichever way the caller came in. An effect that fails
 is thrown back into the generator at the point where it was yielded.
@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver.backends._base import Backend, Op
-
-if TYPE_CHECKING:
-    from retaining_saver._caches import HistoryCache
 
 T = TypeVar("T")
 
@@ -41,25 +40,28 @@ class Invalidate:
     checkpoint_ids: Sequence[str] | None
 
 
-@dataclass(frozen=True, slots=True)
-class Transact:
-    """Carry out a backend operation in one transaction; answers its result.
+class Mode(StrEnum):
+    """How a backend runs an operation.
 
-    `each`: every statement of the operation is right as a transaction of its
-    own (a read, or a write that re-checks what it proved), so the backend
-    may run them without an enclosing one.
+    READ: it only reads; it runs as the saver runs its own reads, never in a
+    transaction that takes a write lock (SQLite's `BEGIN IMMEDIATE`).
+    WRITE: it runs in one transaction.
+    GUARDED: it writes, and every statement re-checks what it proved, so it
+    needs no enclosing transaction (Postgres then runs each statement on its
+    own; the other backends still run it in one transaction).
     """
 
-    op: Op[Any]
-    each: bool = False
+    READ = "read"
+    WRITE = "write"
+    GUARDED = "guarded"
 
 
 @dataclass(frozen=True, slots=True)
-class Read:
-    """Carry out a backend operation that only reads, as the saver runs its own reads;
-    answers its result."""
+class Run:
+    """Carry out a backend operation in `mode`; answers its result."""
 
     op: Op[Any]
+    mode: Mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class Offload:
     call: Callable[[], Any]
 
 
-Effect = Lookup | Invalidate | Transact | Read | History | Offload
+Effect = Lookup | Invalidate | Run | History | Offload
 Flow = Generator[Effect, Any, T]
 
 
@@ -113,11 +115,12 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
-        if isinstance(effect, Read):
-            return self._backend().read(effect.op)
-        if effect.each:
-            return self._backend().run_each(effect.op)
-        return self._backend().run(effect.op)
+        backend = self._backend()
+        if effect.mode is Mode.READ:
+            return backend.read(effect.op)
+        if effect.mode is Mode.GUARDED:
+            return backend.run_each(effect.op)
+        return backend.run(effect.op)
 
     async def aperform(self, effect: Effect) -> Any:
         if isinstance(effect, Lookup):
@@ -137,11 +140,12 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
-        if isinstance(effect, Read):
-            return await self._backend().aread(effect.op)
-        if effect.each:
-            return await self._backend().arun_each(effect.op)
-        return await self._backend().arun(effect.op)
+        backend = self._backend()
+        if effect.mode is Mode.READ:
+            return await backend.aread(effect.op)
+        if effect.mode is Mode.GUARDED:
+            return await backend.arun_each(effect.op)
+        return await backend.arun(effect.op)
 
 
 def drive(flow: Flow[T], performer: Performer) -> T:

@@ -14,8 +14,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, Invalidate, Read, Transact
-from retaining_saver._rules import BlobKey, Graft, Lineage, NodeKey, Protection, RetentionPolicy
+from retaining_saver._effects import Flow, Invalidate, Mode, Run
+from retaining_saver._rules import (
+    BlobKey,
+    Graft,
+    Lineage,
+    NodeKey,
+    Plan,
+    Protection,
+    RetentionPolicy,
+    Root,
+)
 from retaining_saver.backends._base import Applied, Backend, StorageStats
 
 logger = logging.getLogger("retaining_saver")
@@ -33,13 +42,16 @@ class RetentionReport:
         deferred: Deletable checkpoints left for a later pass by `max_delete_per_run`.
         kept: Every other checkpoint: (ns, id) -> the protection that keeps it.
         heads: The latest checkpoint id of each namespace before the pass.
-        grafts: Children re-parented past removed duration links.
+        grafts: Children re-parented past removed checkpoints (duration links, or a
+            history rule's stretch: see each graft's `reason`).
         clones: Each deleted (or deletable) clone, and the checkpoint it cloned:
             its id keeps resolving there for `reclaimed_id_ttl`.
         freed_blobs: Blob keys deleted (or, in a dry run, that would be).
         before: Storage statistics before the pass.
         after: Storage statistics after it (equal to `before` in a dry run; None if
             reading them failed after the deletions were committed).
+        roots: Checkpoints made roots (parent None) because the history horizon
+            removed every ancestor they had.
     """
 
     thread_id: str
@@ -54,6 +66,7 @@ class RetentionReport:
     freed_blobs: tuple[BlobKey, ...]
     before: StorageStats
     after: StorageStats | None = field(repr=False)
+    roots: tuple[Root, ...] = ()
 
 
 def retention_pass(
@@ -65,20 +78,22 @@ def retention_pass(
     now: datetime | None = None,
 ) -> Flow[RetentionReport]:
     """Plan and (unless `dry_run`) carry out retention for one thread."""
-    before: StorageStats = yield Read(backend.stats(thread_id))
-    lineage: Lineage = yield Read(backend.load_lineage(thread_id))
+    before: StorageStats = yield Run(backend.stats(thread_id), Mode.READ)
+    lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
     plan = _rules.plan_retention(lineage, policy, now or datetime.now(UTC))
     applied = Applied(
-        deleted=list(plan.deletions), grafted=list(plan.grafts), freed_blobs=list(plan.freed_blobs)
+        deleted=list(plan.deletions),
+        grafted=list(plan.grafts),
+        rooted=list(plan.roots),
+        freed_blobs=list(plan.freed_blobs),
     )
     after: StorageStats | None = before
     if not dry_run and not plan.empty:
-        for ns in sorted({d.checkpoint_ns for d in plan.deletions}):
-            ids = [d.checkpoint_id for d in plan.deletions if d.checkpoint_ns == ns]
+        for ns, ids in _changed_ids(plan).items():
             yield Invalidate(thread_id, ns, ids)
-        applied = yield Transact(backend.apply_plan(thread_id, plan))
+        applied = yield Run(backend.apply_plan(thread_id, plan), Mode.WRITE)
         try:
-            after = yield Read(backend.stats(thread_id))
+            after = yield Run(backend.stats(thread_id), Mode.READ)
         except Exception as error:
             # The deletions are committed: the caller must get their report all the same.
             logger.warning("statistics after retention of %s failed: %r", thread_id, error)
@@ -102,10 +117,21 @@ def retention_pass(
         freed_blobs=tuple(applied.freed_blobs),
         before=before,
         after=after,
+        roots=tuple(applied.rooted),
     )
 
 
-def thread_pages(backend: Backend, after: str | None, page_size: int) -> Flow[list[str]]:
-    """One page of thread ids after `after`."""
-    ids: list[str] = yield Read(backend.thread_ids(after, page_size))
-    return ids
+def _changed_ids(plan: Plan) -> dict[str, list[str]]:
+    """Per namespace, the checkpoints the plan deletes or re-parents.
+
+    A re-parented checkpoint's history (its parent walk) changes too, so a
+    cache must forget it as well as the deleted ones.
+    """
+    changed: dict[str, list[str]] = {}
+    for ns, checkpoint_id in (
+        *((d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions),
+        *((g.checkpoint_ns, g.child_id) for g in plan.grafts),
+        *((r.checkpoint_ns, r.checkpoint_id) for r in plan.roots),
+    ):
+        changed.setdefault(ns, []).append(checkpoint_id)
+    return dict(sorted(changed.items()))

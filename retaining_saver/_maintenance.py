@@ -9,7 +9,7 @@ from typing import Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
-from retaining_saver._engine import RetentionReport, retention_pass, thread_pages
+from retaining_saver._engine import RetentionReport, retention_pass
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
@@ -113,10 +113,8 @@ class MaintenanceMixin:
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         _check_page_size(page_size)
-        after: str | None = None
-        while page := drive(
-            thread_pages(self._require_backend(), after, page_size), self.performer
-        ):
+        backend, after = self._require_backend(), None
+        while page := backend.read(backend.thread_ids(after, page_size)):
             yield from page
             after = page[-1]
 
@@ -137,7 +135,7 @@ class MaintenanceMixin:
             return
         _check_page_size(page_size)
         after: str | None = None
-        while page := await adrive(thread_pages(backend, after, page_size), self.performer):
+        while page := await backend.aread(backend.thread_ids(after, page_size)):
             for thread_id in page:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             after = page[-1]

@@ -7,7 +7,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from retaining_saver._effects import Flow, Invalidate, Performer, adrive, drive
+from retaining_saver._effects import Invalidate, Performer
 
 
 class CachePurgeMixin:
@@ -44,22 +44,22 @@ class CachePurgeMixin:
     def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
         """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
         for thread_id in thread_ids:
-            drive(_purged(thread_id), self.performer)
+            self.performer.perform(_purge(thread_id))
         result = delete()
         for thread_id in thread_ids:
-            drive(_purged(thread_id), self.performer)
+            self.performer.perform(_purge(thread_id))
         return result
 
     async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
         try:
             for thread_id in thread_ids:
-                await adrive(_purged(thread_id), self.performer)
+                await self.performer.aperform(_purge(thread_id))
         except BaseException:
             _discard(delete)
             raise
         result = await delete
         for thread_id in thread_ids:
-            await adrive(_purged(thread_id), self.performer)
+            await self.performer.aperform(_purge(thread_id))
         return result
 
 
@@ -69,8 +69,9 @@ def _discard(awaitable: Awaitable[Any]) -> None:
         close()
 
 
-def _purged(thread_id: str | None) -> Flow[None]:
-    yield Invalidate(None if thread_id is None else str(thread_id), "", None)
+def _purge(thread_id: str | None) -> Invalidate:
+    """Every cache forgets `thread_id` (every thread, if None)."""
+    return Invalidate(None if thread_id is None else str(thread_id), "", None)
 
 
 def _thread_list(thread_ids: Sequence[str]) -> list[str]:

@@ -26,7 +26,7 @@ from retaining_saver import _validate as validate
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Lookup, Performer, Read, adrive, drive
+from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
 from retaining_saver._hints import LeafHints
 from retaining_saver._locks import ThreadLocks
@@ -325,7 +325,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             clone = self.reclaimed.clone_of((thread_id, ns, current))
             if clone is None:
                 try:
-                    clone = yield Read(self.backend.reclaimed_clone(thread_id, ns, current))
+                    clone = yield Run(
+                        self.backend.reclaimed_clone(thread_id, ns, current), Mode.READ
+                    )
                 except Exception as error:
                     self._fell_back("the reclaimed-id lookup", error)
                     return None
