@@ -1,4 +1,19 @@
-"""`RetainingSaver`: a drop-in checkpointer that reclaims provably redundant checkpoints."""
+"""`RetainingSaver`: a drop-in checkpointer that reclaims provably redundant checkpoints.
+
+This module owns what happens *around* the wrapped saver's calls, and nothing
+of what may be deleted (that is `_rules`) or how a store deletes it (that is
+`backends`):
+
+- reads: which read is a run's admission (`_admission`), the failsafe around
+  cleanup, the re-read of an unpinned head that vanished while it hydrated,
+  and the resolution of a reclaimed duplicate's id to its clone (`_reclaimed`);
+- writes: each `put`/`put_writes` takes the thread's lock, which every
+  deletion holds, and lands on the clone of an id this process reclaimed;
+- accounting: counters, the log and `on_reclaim`, always after the lock.
+
+Everything else a `BaseCheckpointSaver` does is forwarded (`_delegate`), and
+the engine and statistics come from `MaintenanceMixin`.
+"""
 
 from __future__ import annotations
 
@@ -154,6 +169,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self.retry_unpinned_reads = retry_unpinned_reads
         self.strict_pinned_reads = strict_pinned_reads
         self.on_reclaim = on_reclaim
+        # How this store loads lineage and deletes; None: an unsupported saver, never touched.
         self.backend = backend_for(inner)
         if self.backend is None:
             if strict:
@@ -163,12 +179,17 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 "it is passed through with cleanup disabled",
                 stacklevel=2,
             )
+        # What the cleanup flows' effects act on: the saver, its backend, the caches.
         self.performer = Performer(inner, self.backend, self.history_caches)
         hinting = isinstance(self.backend, OneRoundBackend) and admission == "auto"
         hinting = hinting and self.backend is not None and self.backend.fast
+        # Stamps this process wrote, so a Postgres admission can take one unread.
         self.hints = LeafHints(self.policy) if hinting else None
+        # Per thread: held by every deletion and every write, never across user code.
         self.locks = ThreadLocks()
+        # Tells a run's first read (its admission) from its later ones.
         self._runs = _admission.RunTracker()
+        # `counters`' totals, by key ("attempted", "skip:<reason>", "fallback:<what>", ...).
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
         # Heads an unpinned read returned that could vanish: for their delta-history reads.
