@@ -5,6 +5,7 @@ from retaining_saver._caches import DeltaHistoryCache, HistoryCache
 from retaining_saver._engine import RetentionReport
 from retaining_saver._errors import (
     CheckpointNotFoundError,
+    CleanupPermissionError,
     RetainingSaverError,
     UnsupportedSaverError,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "AdmissionResult",
     "CheckpointNode",
     "CheckpointNotFoundError",
+    "CleanupPermissionError",
     "DeltaHistoryCache",
     "HistoryCache",
     "Protection",

@@ -45,3 +45,20 @@ class CheckpointNotFoundError(RetainingSaverError, LookupError):
             else ""
         )
         super().__init__(f"checkpoint {checkpoint_id!r} does not exist in {where}{hint}")
+
+
+class CleanupPermissionError(RetainingSaverError, PermissionError):
+    """The database refused a deletion for lack of a privilege.
+
+    Raised by the engine's entry points; nothing was changed (the deletion is
+    one transaction). Admission never raises it: it logs once, backs off, and
+    counts `permission-denied` skips instead.
+    """
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(
+            f"retention cleanup is not permitted: {problem}. The role needs SELECT, "
+            "INSERT, UPDATE and DELETE on the saver's tables and on retaining_saver_reclaimed "
+            "(and CREATE once, or run create_retention_indexes() as a role that has it)"
+        )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
 from retaining_saver._engine import RetentionReport, retention_pass
-from retaining_saver._errors import UnsupportedSaverError
+from retaining_saver._errors import CleanupPermissionError, UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
@@ -70,7 +71,7 @@ class MaintenanceMixin:
         """
         validate.thread_id("thread_id", thread_id)
         flow = self._retention_pass(thread_id, policy, dry_run, now)
-        with self.locks.hold(thread_id):
+        with self.locks.hold(thread_id), self._permission_named():
             return self._noted_clones(drive(flow, self.performer))
 
     async def aenforce_thread_retention(
@@ -85,7 +86,19 @@ class MaintenanceMixin:
         validate.thread_id("thread_id", thread_id)
         flow = self._retention_pass(thread_id, policy, dry_run, now)
         async with self.locks.ahold(thread_id):
-            return self._noted_clones(await adrive(flow, self.performer))
+            with self._permission_named():
+                return self._noted_clones(await adrive(flow, self.performer))
+
+    @contextmanager
+    def _permission_named(self) -> Iterator[None]:
+        """A refused privilege surfaces as a `CleanupPermissionError` naming it."""
+        try:
+            yield
+        except Exception as error:
+            problem = self._require_backend().permission_problem(error)
+            if problem is None:
+                raise
+            raise CleanupPermissionError(problem) from error
 
     def _noted_clones(self, report: RetentionReport) -> RetentionReport:
         """Under the thread's lock, remember what each deleted clone resolves to."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -55,6 +56,10 @@ from retaining_saver.backends._base import HeadReader, OneRoundBackend
 logger = logging.getLogger("retaining_saver")
 
 Admission = Literal["auto", "explicit", "off"]
+
+_DENIAL_BACKOFF = 60.0
+"""Seconds cleanup waits after a refused privilege, doubling up to `_DENIAL_BACKOFF_MAX`."""
+_DENIAL_BACKOFF_MAX = 3600.0
 _ADMISSIONS = ("auto", "explicit", "off")
 
 
@@ -192,6 +197,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         # `counters`' totals, by key ("attempted", "skip:<reason>", "fallback:<what>", ...).
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
+        # A refused privilege: how many times, and until when cleanup waits (monotonic).
+        self._denials = 0
+        self._denied_until = 0.0
         # Heads an unpinned read returned that could vanish: for their delta-history reads.
         self._resolved: OrderedDict[tuple[str, str, str], _admission.ReadTarget] = OrderedDict()
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
@@ -324,7 +332,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return False
         if not isinstance(config.get("configurable", {}).get("thread_id"), str):
             return False  # the bare saver judges such a read for itself
-        return _admission.is_admission_read(config, self._runs)
+        if not _admission.is_admission_read(config, self._runs):
+            return False
+        return not (self._denied_until and self._backing_off())
 
     def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         found: CheckpointTuple | None = yield Lookup(config)
@@ -512,6 +522,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     def _explicit(self, thread_id: str, config: RunnableConfig) -> Flow[Admitted]:
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.DISABLED), None
+        if self._denied_until and time.monotonic() < self._denied_until:
+            return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, frozenset())
         return (yield from self._failsafe(thread_id, flow, config, read=False))
 
@@ -527,20 +539,47 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         try:
             return (yield from flow)
         except Exception as error:
-            logger.warning(
-                "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
-            )
+            skip = self._failure(thread_id, error)
         if read:
             head = yield Lookup(config)
             head_id = head.checkpoint["id"] if head is not None else None
-            return AdmissionResult(thread_id, (), Skip.FAILED, head_id), head
+            return AdmissionResult(thread_id, (), skip, head_id), head
         assert self.backend is not None  # only an enabled backend admits
         try:
             node = yield from _admission.head_node(thread_id, config, self.backend)
         except Exception:
             node = None
         head_id = node.checkpoint_id if node is not None else None
-        return AdmissionResult(thread_id, (), Skip.FAILED, head_id), None
+        return AdmissionResult(thread_id, (), skip, head_id), None
+
+    def _failure(self, thread_id: str, error: Exception) -> Skip:
+        """Log a cleanup failure; a refused privilege disables cleanup for a while."""
+        assert self.backend is not None
+        problem = self.backend.permission_problem(error)
+        if problem is None:
+            logger.warning(
+                "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
+            )
+            return Skip.FAILED
+        with self._counts_lock:
+            first, self._denials = not self._denials, self._denials + 1
+            backoff = min(_DENIAL_BACKOFF * 2 ** (self._denials - 1), _DENIAL_BACKOFF_MAX)
+            self._denied_until = time.monotonic() + backoff
+        log = logger.error if first else logger.debug
+        log(
+            "retention cleanup is disabled for lack of permission (%s); runs proceed "
+            "untouched, and cleanup is tried again in %d s",
+            problem,
+            backoff,
+        )
+        return Skip.PERMISSION_DENIED
+
+    def _backing_off(self) -> bool:
+        """Whether cleanup waits out a refused privilege; such admissions count as skips."""
+        if time.monotonic() >= self._denied_until:
+            return False
+        self._count("attempted", f"skip:{Skip.PERMISSION_DENIED.value}")
+        return True
 
     def _fell_back(self, what: str, error: Exception) -> None:
         """Count a failure of `what`, answered by the saver's own call; log the first."""

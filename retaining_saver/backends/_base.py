@@ -28,6 +28,7 @@ from retaining_saver._rules import (
     LeafFacts,
     Lineage,
     Plan,
+    Root,
     Skip,
 )
 
@@ -86,6 +87,7 @@ class Applied:
     deleted: list[Deletion] = field(default_factory=list)
     dropped: list[Deletion] = field(default_factory=list)
     grafted: list[Graft] = field(default_factory=list)
+    rooted: list[Root] = field(default_factory=list)
     freed_blobs: list[BlobKey] = field(default_factory=list)
 
 
@@ -111,6 +113,11 @@ class Backend(ABC):
         """Whether the fast paths built on the saver's internals may run: the internals
         match what `_upstream` audited. Else every read goes through the saver."""
         return not self.drift
+
+    def permission_problem(self, error: BaseException) -> str | None:
+        """What `error` says is not permitted, if it is the store refusing a privilege
+        (a read-only database, a role without DELETE); else None."""
+        return None
 
     # Drivers
 
@@ -262,6 +269,10 @@ class Backend(ABC):
         """Point `graft.child_id` at `graft.new_parent_id`."""
 
     @abstractmethod
+    def make_root(self, thread_id: str, root: Root) -> Op[None]:
+        """Make `root.checkpoint_id` a root: set its parent id to None."""
+
+    @abstractmethod
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey]
     ) -> Op[list[BlobKey]]:
@@ -290,6 +301,12 @@ class Backend(ABC):
             if _rules.graft_holds(graft, now):
                 yield from self.reparent(thread_id, graft)
                 applied.grafted.append(graft)
+        for root in plan.roots:
+            ids = [root.checkpoint_id, *root.via]
+            now = yield from self.load_nodes(thread_id, root.checkpoint_ns, ids)
+            if _rules.root_holds(root, now):
+                yield from self.make_root(thread_id, root)
+                applied.rooted.append(root)
         for deletion in plan.deletions:
             if (yield from self._deletion_holds(thread_id, deletion)) and (
                 yield from self._delete(thread_id, deletion)

@@ -56,6 +56,7 @@ from retaining_saver._rules import (
     Graft,
     LeafFacts,
     Lineage,
+    Root,
     Skip,
 )
 from retaining_saver.backends._base import (
@@ -253,9 +254,14 @@ SELECT_HEAD_ROW_SQL = (
 # write (and by `create_indexes`); a read never creates it.
 # Two workers creating it at once can both pass IF NOT EXISTS; the loser's
 # unique violation on the catalog means the table is there, so it is ignored.
+# CREATE is only tried when the table is missing: a role that may write the
+# tables but not create in the schema is refused even an IF NOT EXISTS.
 CREATE_RECLAIMED_TABLE_SQL = """
 DO $$
 BEGIN
+    IF to_regclass('retaining_saver_reclaimed') IS NOT NULL THEN
+        RETURN;
+    END IF;
     CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
         thread_id TEXT NOT NULL,
         checkpoint_ns TEXT NOT NULL DEFAULT '',
@@ -326,6 +332,11 @@ RETURNING checkpoint_id
 
 UPDATE_PARENT_SQL = """
 UPDATE checkpoints SET parent_checkpoint_id = %s
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+"""
+
+MAKE_ROOT_SQL = """
+UPDATE checkpoints SET parent_checkpoint_id = NULL
 WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
 """
 
@@ -403,6 +414,8 @@ SELECT
 """
 
 Row = dict[str, Any]
+
+INSUFFICIENT_PRIVILEGE = "42501"
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +517,12 @@ class PostgresBackend(OneRoundBackend):
     # Drivers
 
     reclaimed_table_ready = False
+
+    def permission_problem(self, error: BaseException) -> str | None:
+        """SQLSTATE 42501 (insufficient_privilege): the driver's first line names it."""
+        if getattr(error, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+            return None
+        return str(error).splitlines()[0] if str(error) else "insufficient privilege"
 
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one transaction on the saver's connection."""
@@ -743,6 +762,10 @@ class PostgresBackend(OneRoundBackend):
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
         yield Statement(UPDATE_PARENT_SQL, params)
+
+    def make_root(self, thread_id: str, root: Root) -> Op[None]:
+        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
+        yield Statement(MAKE_ROOT_SQL, params)
 
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey]

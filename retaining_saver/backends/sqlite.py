@@ -51,7 +51,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
 from retaining_saver.backends._base import (
     HeadReader,
     Integrity,
@@ -198,6 +198,11 @@ UPDATE checkpoints SET parent_checkpoint_id = ?
 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 """
 
+MAKE_ROOT_SQL = """
+UPDATE checkpoints SET parent_checkpoint_id = NULL
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
 _STATS_SQL = """
 SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
     COALESCE(SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)), 0)
@@ -251,6 +256,8 @@ WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
 VACUUM_SQL = "VACUUM"
 
 Row = dict[str, Any]
+
+READONLY = sqlite3.SQLITE_READONLY
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +397,13 @@ class SqliteBackend(HeadReader):
     # Drivers
 
     index_ready = False
+
+    def permission_problem(self, error: BaseException) -> str | None:
+        """SQLITE_READONLY and its extended codes: the file or connection is read-only."""
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(error, sqlite3.Error) and code is not None and code & 0xFF == READONLY:
+            return str(error)
+        return None
 
     def run(self, op: Op[T]) -> T:
         """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
@@ -581,6 +595,10 @@ class SqliteBackend(HeadReader):
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
         yield Statement(UPDATE_PARENT_SQL, params)
+
+    def make_root(self, thread_id: str, root: Root) -> Op[None]:
+        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
+        yield Statement(MAKE_ROOT_SQL, params)
 
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey]
