@@ -18,6 +18,8 @@ class Reason(StrEnum):
     TRAILING_DURATION_LEAF = "trailing-duration-leaf"
     SUPERSEDED_BRANCH = "superseded-branch"
     GRAFTED_DURATION_LINK = "grafted-duration-link"
+    BEYOND_HORIZON = "beyond-history-horizon"
+    COMPACTED_STEP = "compacted-step"
 
 
 class Protection(StrEnum):
@@ -34,6 +36,11 @@ class Protection(StrEnum):
     FORK_POINT_MISSING = "fork-point-missing"
     NOT_ENABLED = "not-enabled"
     CAPPED = "capped"
+    YOUNG_PARENT = "parent-of-young"
+    DELTA_HISTORY = "delta-history"
+    FORK_POINT = "fork-point"
+    KEEP_STEP = "keep-step"
+    LIVE_RUN = "live-run"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +116,33 @@ class LeafFacts:
 
 @dataclass(frozen=True, slots=True)
 class Graft:
-    """Re-parent `child_id` past the removed duration links `via` onto `new_parent_id`.
+    """Re-parent `child_id` past the removed checkpoints `via` onto `new_parent_id`.
 
-    `via` lists the links nearest first; each must still clone its parent and
-    own no writes when the graft is carried out.
+    `via` lists them nearest first. For a duration link (the default `reason`)
+    each must still clone its parent and own no writes when the graft is
+    carried out; for a history rule (`BEYOND_HORIZON`, `COMPACTED_STEP`) the
+    chain from `child_id` through `via` to `new_parent_id` must be as planned.
     """
 
     checkpoint_ns: str
     child_id: str
     via: tuple[str, ...]
     new_parent_id: str
+    reason: Reason = Reason.GRAFTED_DURATION_LINK
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """Make `checkpoint_id` a root (parent None): every ancestor it had, `via`, is removed.
+
+    `via` lists them nearest first; the chain from `checkpoint_id` through
+    `via` to a checkpoint without a parent must be as planned when it runs.
+    """
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    via: tuple[str, ...]
+    reason: Reason = Reason.BEYOND_HORIZON
 
 
 @dataclass(frozen=True)
@@ -126,8 +150,8 @@ class Plan:
     """What one retention pass over a thread does.
 
     `deletions` are ordered so that a checkpoint comes after all its children.
-    `grafts` run before them. `freed_blobs` are the blob keys that only deleted
-    checkpoints referenced.
+    `grafts`, then `roots`, run before them. `freed_blobs` are the blob keys
+    that only deleted checkpoints referenced.
     """
 
     deletions: tuple[Deletion, ...] = ()
@@ -136,10 +160,11 @@ class Plan:
     deferred: tuple[Deletion, ...] = ()
     heads: Mapping[str, str] = field(default_factory=dict)
     freed_blobs: tuple[BlobKey, ...] = ()
+    roots: tuple[Root, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.deletions and not self.grafts
+        return not self.deletions and not self.grafts and not self.roots
 
 
 @dataclass(frozen=True)
@@ -184,5 +209,6 @@ class Skip(StrEnum):
     NOT_A_CLONE = "parent-state-differs"
     PRECONDITION_CHANGED = "precondition-changed"
     CACHE_INVALIDATION_FAILED = "cache-invalidation-failed"
+    PERMISSION_DENIED = "permission-denied"
     FAILED = "failed"
     DISABLED = "cleanup-disabled"

@@ -12,6 +12,15 @@ from retaining_saver._lineage import CheckpointNode
 LeafPredicate = Callable[[CheckpointNode], bool]
 """Whether a checkpoint carries an app's metadata-only marker (replaces the default)."""
 
+StepPredicate = Callable[[CheckpointNode], bool]
+"""Whether step compaction must keep a super-step checkpoint an app still needs."""
+
+_TTL_REQUIRED = (
+    "{name} deletes checkpoints a client may still hold as explicit resume targets; the "
+    "retention contract (protected set, item 1) lets them expire only with an explicit TTL: "
+    "pass history_min_age=timedelta(...) (timedelta(0) for no grace period)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
@@ -29,10 +38,22 @@ class RetentionPolicy:
         protect_checkpoint_ids: Ids that are never deleted.
         is_reclaimable_leaf: Replaces `is_duration_marker`. The clone and
             no-writes requirements stay.
+        history_keep_runs: History horizon: keep the newest this many runs of
+            the root namespace's head line (and the branches forked inside
+            them), delete everything older, and make the oldest kept
+            checkpoint a root. 0 keeps only the head. None is off.
+        compact_steps: Step compaction: in each finished run of the head line
+            keep its input, first and last super-step checkpoints, and graft
+            out the super-steps between them.
+        history_min_age: The TTL of both history rules: no checkpoint younger
+            than this is deleted or re-parented. Required by either rule.
+        keep_step: With `compact_steps`, super-steps it answers True for stay.
 
     Raises:
-        ValueError: If `max_delete_per_run` is negative or
-            `sibling_branch_min_age` is negative.
+        ValueError: If `max_delete_per_run`, `history_keep_runs`,
+            `sibling_branch_min_age` or `history_min_age` is negative; if a
+            history rule is on without `history_min_age`; if `keep_step` is
+            given without `compact_steps`.
         TypeError: If a field has the wrong type.
     """
 
@@ -43,12 +64,22 @@ class RetentionPolicy:
     max_delete_per_run: int | None = None
     protect_checkpoint_ids: frozenset[str] = frozenset()
     is_reclaimable_leaf: LeafPredicate | None = None
+    history_keep_runs: int | None = None
+    compact_steps: bool = False
+    history_min_age: timedelta | None = None
+    keep_step: StepPredicate | None = None
+
+    @property
+    def history_rules(self) -> bool:
+        """Whether the horizon or step compaction is on."""
+        return self.history_keep_runs is not None or self.compact_steps
 
     def __post_init__(self) -> None:
         for name in (
             "trailing_duration_leaves",
             "prune_leaf_sibling_branches",
             "graft_duration_links",
+            "compact_steps",
         ):
             validate.flag(name, getattr(self, name))
         validate.count("max_delete_per_run", self.max_delete_per_run, optional=True)
@@ -56,3 +87,23 @@ class RetentionPolicy:
         ids = validate.ids("protect_checkpoint_ids", self.protect_checkpoint_ids)
         object.__setattr__(self, "protect_checkpoint_ids", ids)
         validate.optional_callable("is_reclaimable_leaf", self.is_reclaimable_leaf)
+        self._check_history_rules()
+
+    def _check_history_rules(self) -> None:
+        validate.count("history_keep_runs", self.history_keep_runs, optional=True)
+        validate.duration("history_min_age", self.history_min_age, optional=True)
+        validate.optional_callable("keep_step", self.keep_step)
+        for name, on in (
+            ("history_keep_runs", self.history_keep_runs is not None),
+            ("compact_steps", self.compact_steps),
+        ):
+            validate.require(
+                not on or self.history_min_age is not None,
+                ValueError,
+                _TTL_REQUIRED.format(name=name),
+            )
+        validate.require(
+            self.keep_step is None or self.compact_steps,
+            ValueError,
+            "keep_step only applies to step compaction: set compact_steps=True",
+        )

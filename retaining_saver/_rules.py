@@ -17,6 +17,23 @@ tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 | (E2)                         |           | off a present checkpoint, older than the TTL  |
 | duration-only chain link     | opt-in    | clone of its parent, owns no writes; its      |
 |                              | (graft)   | children are re-parented to its parent        |
+| beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
+|                              | (root,    | its newest `history_keep_runs` runs (0: older |
+|                              | graft)    | than the head), or in a branch forked there;  |
+|                              |           | older than `history_min_age`. The oldest kept |
+|                              |           | checkpoint becomes a root (parent None)       |
+| compacted super-step         | opt-in    | a `loop` checkpoint of a head-line run        |
+|                              | (graft)   | strictly between the run's first and last     |
+|                              |           | `loop` checkpoint; older than                 |
+|                              |           | `history_min_age`; the next kept checkpoint   |
+|                              |           | is re-parented onto the previous kept one     |
+
+A run is the checkpoints of a line from a `source == "input"` checkpoint up to
+the last before the next input checkpoint (what precedes the first input is a
+run of its own). The history rules only read lineage: they keep no value
+alive by rewriting it, so a thread whose graph has a DeltaChannel (whose
+values are rebuilt from ancestors' writes) keeps everything they would remove.
+They leave other namespaces alone, and a namespace with a missing row whole.
 
 | Protection             | Meaning                                                        |
 |------------------------|----------------------------------------------------------------|
@@ -31,7 +48,22 @@ tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 | too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
 | fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
 | not-enabled            | deletable shape whose rule the policy leaves off               |
-| capped                 | deletable, deferred by `max_delete_per_run`                    |
+| capped                 | deletable, deferred by `max_delete_per_run`; a history unit    |
+|                        | (a removed stretch with its graft or root) is deferred whole   |
+| parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
+|                        | checkpoint's parent link is never rewritten                    |
+| delta-history          | a history rule would remove it, but the thread has a delta     |
+|                        | channel (`counters_since_delta_snapshot` in some metadata):    |
+|                        | its writes may be on a kept checkpoint's rebuild walk          |
+| fork-point             | super-step with several children: branches keep their base     |
+| keep-step              | super-step the policy's `keep_step` keeps                      |
+| live-run               | super-step of the head's run while the head owns writes        |
+
+Under the history rules, too-young also names a checkpoint younger than
+`history_min_age`, explicit keeps its whole ancestor chain, and any kept
+checkpoint off the head line keeps its chain down to the line (a branch stays
+a branch). Pending-writes and subgraph-parent keep the checkpoint itself,
+which a graft or root may then re-parent.
 
 A missing ancestor row ends a walk: it never raises, and whatever it cannot
 prove unreachable stays.
@@ -40,7 +72,8 @@ prove unreachable stays.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from retaining_saver._lineage import (
@@ -54,11 +87,13 @@ from retaining_saver._lineage import (
     Plan,
     Protection,
     Reason,
+    Root,
     Skip,
 )
 from retaining_saver._policy import LeafPredicate, RetentionPolicy
 
 __all__ = [
+    "DELTA_METADATA_KEY",
     "MAX_STACKED_LEAVES",
     "RUN_HISTORY_KEYS",
     "BlobKey",
@@ -73,7 +108,9 @@ __all__ = [
     "Protection",
     "Reason",
     "RetentionPolicy",
+    "Root",
     "Skip",
+    "compactable_steps",
     "deletion_holds",
     "graft_holds",
     "has_marker",
@@ -86,12 +123,18 @@ __all__ = [
     "may_have_marker",
     "parent_skip",
     "plan_retention",
+    "root_holds",
+    "split_runs",
     "untaken_skip",
+    "uses_delta_channels",
 ]
 
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
+DELTA_METADATA_KEY = "counters_since_delta_snapshot"
+"""The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
+ROOT_NAMESPACE = ""
 
 
 def is_duration_marker(node: CheckpointNode) -> bool:
@@ -229,6 +272,7 @@ class _Planner:
         self.now = _aware(now)
         self.children = lineage.children()
         self.kept: dict[NodeKey, Protection] = {}
+        self.history_scope: set[NodeKey] = set()
         self.referenced = _subgraph_parents(lineage)
         # Namespaces where a protected chain runs into a missing row: any loose
         # checkpoint there may be an ancestor of that row, so none is superseded.
@@ -244,22 +288,34 @@ class _Planner:
     def plan(self) -> Plan:
         units = self._trailing_stacks()
         self._protect_chains(set(_flatten(units)))
+        history = _History(self, set(_flatten(units)))
         links = self._links()
         # A link may also parent a superseded subtree, which must go first.
-        units += self._superseded_subtrees(set(_flatten(units + links)))
+        taken = set(_flatten(units + links)) | history.removed
+        units += self._superseded_subtrees(taken)
         units += links
         deletions, deferred = _cap(units, self.policy.max_delete_per_run)
+        # History units come last: their stretches parent no other rule's deletions.
+        taken_units, deferred_units = history.capped(self._room_left(len(deletions)))
+        deletions += [d for unit in taken_units for d in unit.deletions]
+        deferred += [d for unit in deferred_units for d in unit.deletions]
         for deletion in deferred:
             self.kept[(deletion.checkpoint_ns, deletion.checkpoint_id)] = Protection.CAPPED
         done = {(d.checkpoint_ns, d.checkpoint_id) for d in deletions}
         return Plan(
             deletions=tuple(deletions),
-            grafts=tuple(self._grafts(done)),
+            grafts=tuple(self._grafts(done, history.scope))
+            + tuple(u.graft for u in taken_units if u.graft is not None),
             kept=dict(self.kept),
             deferred=tuple(deferred),
             heads=self.lineage.heads(),
             freed_blobs=_freed_blobs(self.lineage, done),
+            roots=tuple(u.root for u in taken_units if u.root is not None),
         )
+
+    def _room_left(self, planned: int) -> int | None:
+        cap = self.policy.max_delete_per_run
+        return None if cap is None else max(cap - planned, 0)
 
     def _reclaimable(self, node: CheckpointNode) -> bool:
         key = (node.checkpoint_ns, node.checkpoint_id)
@@ -331,7 +387,11 @@ class _Planner:
         )
 
     def _links(self) -> list[list[Deletion]]:
-        links = sorted((k for k in self.kept if self._is_link(k)), reverse=True)
+        # The history rules own the head line: a link there is theirs to keep or remove.
+        links = sorted(
+            (k for k in self.kept if k not in self.history_scope and self._is_link(k)),
+            reverse=True,
+        )
         on_writes = [k for k in links if not _graftable_onto(self._parent(k))]
         self.kept.update(dict.fromkeys(on_writes, Protection.LINK_ON_WRITES))
         links = [k for k in links if k not in on_writes]
@@ -346,10 +406,15 @@ class _Planner:
     def _parent(self, key: NodeKey) -> CheckpointNode | None:
         return self.lineage.parent(self.lineage.nodes[key])
 
-    def _grafts(self, done: set[NodeKey]) -> list[Graft]:
-        """Re-parent each surviving child of a deleted link past every deleted link above it."""
+    def _grafts(self, done: set[NodeKey], history_scope: set[NodeKey]) -> list[Graft]:
+        """Re-parent each surviving child of a deleted link past every deleted link above it.
+
+        The history rules graft inside their own scope themselves.
+        """
         grafts: list[Graft] = []
         for key, node in self.lineage.nodes.items():
+            if key in history_scope:
+                continue
             via: list[str] = []
             parent = self.lineage.parent(node)
             while parent is not None and (parent.checkpoint_ns, parent.checkpoint_id) in done:
@@ -422,6 +487,259 @@ class _Planner:
             Reason.SUPERSEDED_BRANCH,
             writes_consumed=node.write_count > 0,
         )
+
+
+@dataclass
+class _HistoryUnit:
+    """A stretch a history rule removes, with the graft or root that closes the gap.
+
+    `deletions` run children first: the branches forked inside the stretch,
+    then the stretch itself from the kept child's side up.
+    """
+
+    deletions: list[Deletion]
+    graft: Graft | None = None
+    root: Root | None = None
+
+
+class _History:
+    """The history horizon and step compaction over the root namespace's head line.
+
+    Planned once, on construction: `removed` is what the rules delete and
+    `scope` is every checkpoint they judged (the head line and all branches
+    forked from it). The planner's `kept` is updated in place.
+    """
+
+    def __init__(self, planner: _Planner, taken: set[NodeKey]) -> None:
+        self.planner = planner
+        self.lineage, self.policy = planner.lineage, planner.policy
+        self.kept = planner.kept
+        self.scope: set[NodeKey] = set()
+        self.removed: set[NodeKey] = set()
+        self.units: list[_HistoryUnit] = []
+        # The head as `_trailing_stacks` left it: the newest checkpoint no stack takes.
+        head = max(
+            (k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in taken),
+            default=None,
+        )
+        # A missing row in the namespace may sit anywhere on the line: nothing is proven.
+        if (
+            self.policy.history_rules
+            and head is not None
+            and ROOT_NAMESPACE not in planner.newest_missing
+        ):
+            self._plan(head, taken)
+        planner.history_scope = self.scope
+
+    def _plan(self, head: NodeKey, taken: set[NodeKey]) -> None:
+        line = self._line(head)
+        self.on_line = set(line)
+        self.scope = self._descendants(line, taken)
+        runs = split_runs([self.lineage.nodes[k] for k in line])
+        removal: dict[NodeKey, Reason] = {}
+        if self.policy.history_keep_runs is not None:
+            removal.update(dict.fromkeys(self._beyond_horizon(runs, taken), Reason.BEYOND_HORIZON))
+        spared: dict[NodeKey, Protection] = {}
+        if self.policy.compact_steps:
+            for key in self._compacted_steps(runs, head, spared):
+                removal.setdefault(key, Reason.COMPACTED_STEP)
+        rescued = self._rescued(removal)
+        rescued.update({k: p for k, p in spared.items() if k not in removal})
+        for key, protection in rescued.items():
+            if self.kept.get(key) in (None, Protection.ANCESTOR):
+                self.kept[key] = protection
+        removed = {k: r for k, r in removal.items() if k not in rescued}
+        for key in removed:
+            self.kept.pop(key, None)
+        self.removed = set(removed)
+        self.units = self._units(line, removed)
+
+    def _line(self, head: NodeKey) -> list[NodeKey]:
+        """The head's chain, root first (it ends at a root: no row is missing)."""
+        chain = [head]
+        parent = self.lineage.parent(self.lineage.nodes[head])
+        while parent is not None:
+            chain.append((parent.checkpoint_ns, parent.checkpoint_id))
+            parent = self.lineage.parent(parent)
+        return chain[::-1]
+
+    def _descendants(self, tops: Iterable[NodeKey], taken: set[NodeKey]) -> set[NodeKey]:
+        found: set[NodeKey] = set()
+        todo = [k for k in tops if k not in taken]
+        while todo:
+            key = todo.pop()
+            if key not in found:
+                found.add(key)
+                todo += [k for k in self.planner.children.get(key, []) if k not in taken]
+        return found
+
+    def _beyond_horizon(
+        self, runs: Sequence[Sequence[CheckpointNode]], taken: set[NodeKey]
+    ) -> set[NodeKey]:
+        keep = self.policy.history_keep_runs or 0
+        newest = [runs[-1][-1]] if keep == 0 else [n for run in runs[-keep:] for n in run]
+        return self.scope - self._descendants(
+            ((n.checkpoint_ns, n.checkpoint_id) for n in newest), taken
+        )
+
+    def _compacted_steps(
+        self,
+        runs: Sequence[Sequence[CheckpointNode]],
+        head: NodeKey,
+        spared: dict[NodeKey, Protection],
+    ) -> Iterable[NodeKey]:
+        live = self.lineage.nodes[head].write_count > 0
+        keep_step = self.policy.keep_step
+        for run in runs:
+            for node in compactable_steps(run):
+                key = (node.checkpoint_ns, node.checkpoint_id)
+                if live and run is runs[-1]:
+                    spared[key] = Protection.LIVE_RUN
+                elif len(self.planner.children.get(key, [])) > 1:
+                    spared[key] = Protection.FORK_POINT
+                elif keep_step is not None and keep_step(node):
+                    spared[key] = Protection.KEEP_STEP
+                else:
+                    yield key
+
+    def _rescued(self, removal: Mapping[NodeKey, Reason]) -> dict[NodeKey, Protection]:
+        """What the protections keep of `removal`, each with the protection that keeps it."""
+        rescued: dict[NodeKey, Protection] = {}
+
+        def keep(key: NodeKey | None, protection: Protection, *, to_root: bool = False) -> None:
+            while key is not None and key in self.lineage.nodes:
+                if key in removal:
+                    rescued.setdefault(key, protection)
+                if not to_root and key in self.on_line:
+                    return
+                protection, key = Protection.ANCESTOR, self.planner._parent_key(key)
+
+        for key in sorted(self.scope):
+            node = self.lineage.nodes[key]
+            if node.checkpoint_id in self.policy.protect_checkpoint_ids:
+                keep(key, Protection.EXPLICIT, to_root=True)
+            if key in self.planner.referenced:
+                keep(key, Protection.SUBGRAPH_PARENT)
+            if node.write_count and not self.planner._kids(node):
+                keep(key, Protection.PENDING_WRITES)
+            if self._young(node):
+                keep(key, Protection.TOO_YOUNG)
+                keep(self.planner._parent_key(key), Protection.YOUNG_PARENT)
+        if uses_delta_channels(self.lineage):
+            rescued.update({k: Protection.DELTA_HISTORY for k in removal if k not in rescued})
+        return rescued
+
+    def _young(self, node: CheckpointNode) -> bool:
+        """Inside `history_min_age`, or of unknown age."""
+        stamp = _parse_ts(node.ts)
+        min_age = self.policy.history_min_age or timedelta(0)
+        return stamp is None or self.planner.now - stamp < min_age
+
+    def _units(
+        self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Reason]
+    ) -> list[_HistoryUnit]:
+        """Each removed stretch of the line with its graft or root; then lone removed branches."""
+        units: list[_HistoryUnit] = []
+        below, stretch = line[-1], list[NodeKey]()
+        for key in reversed(line[:-1]):
+            if key in removed:
+                stretch.append(key)
+                continue
+            if stretch:
+                units.append(self._stretch(below, stretch, key, removed))
+            below, stretch = key, []
+        if stretch:
+            units.append(self._stretch(below, stretch, None, removed))
+        for top in sorted(
+            k
+            for k in removed
+            if k not in self.on_line and self.planner._parent_key(k) not in removed
+        ):
+            units.append(_HistoryUnit(self._branch(top, removed)))
+        return units
+
+    def _stretch(
+        self,
+        child: NodeKey,
+        stretch: Sequence[NodeKey],
+        above: NodeKey | None,
+        removed: Mapping[NodeKey, Reason],
+    ) -> _HistoryUnit:
+        branches = [
+            d
+            for key in stretch
+            for kid in self.planner.children.get(key, [])
+            if kid not in self.on_line
+            for d in self._branch(kid, removed)
+        ]
+        line = [self._deletion(k, removed[k]) for k in stretch]
+        reasons = {removed[k] for k in stretch}
+        reason = (
+            Reason.COMPACTED_STEP if reasons == {Reason.COMPACTED_STEP} else Reason.BEYOND_HORIZON
+        )
+        via = tuple(k[1] for k in stretch)
+        if above is None:
+            return _HistoryUnit(branches + line, root=Root(child[0], child[1], via, reason))
+        return _HistoryUnit(branches + line, graft=Graft(child[0], child[1], via, above[1], reason))
+
+    def _branch(self, top: NodeKey, removed: Mapping[NodeKey, Reason]) -> list[Deletion]:
+        order = self.planner._post_order(top, set(removed))
+        return [self._deletion(k, removed[k]) for k in order]
+
+    def _deletion(self, key: NodeKey, reason: Reason) -> Deletion:
+        node = self.lineage.nodes[key]
+        # Their writes were consumed: the next checkpoint already holds what they wrote.
+        return Deletion(
+            key[0], key[1], node.parent_id, reason, writes_consumed=node.write_count > 0
+        )
+
+    def capped(self, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
+        """The units that fit in `room` deletions, taken whole, and the ones deferred."""
+        taken: list[_HistoryUnit] = []
+        deferred: list[_HistoryUnit] = []
+        for unit in self.units:
+            fits = room is None or len(unit.deletions) <= room
+            (taken if fits else deferred).append(unit)
+            if fits and room is not None:
+                room -= len(unit.deletions)
+        return taken, deferred
+
+
+def uses_delta_channels(lineage: Lineage) -> bool:
+    """Whether the thread's graph has a DeltaChannel, told from checkpoint metadata.
+
+    LangGraph writes `counters_since_delta_snapshot` on the checkpoints of such
+    a graph; not on every one (a snapshot resets it), so any one of them tells.
+    """
+    return any(DELTA_METADATA_KEY in n.metadata for n in lineage.nodes.values())
+
+
+def split_runs(line: Sequence[CheckpointNode]) -> list[list[CheckpointNode]]:
+    """A line, root first, cut before each `source == "input"` checkpoint.
+
+    What precedes the first input checkpoint is a run of its own.
+    """
+    runs: list[list[CheckpointNode]] = []
+    for node in line:
+        if not runs or node.metadata.get("source") == "input":
+            runs.append([node])
+        else:
+            runs[-1].append(node)
+    return runs
+
+
+def compactable_steps(run: Sequence[CheckpointNode]) -> list[CheckpointNode]:
+    """The super-steps step compaction removes from `run`, before its protections.
+
+    Those are the `loop` checkpoints strictly between the first one (the input
+    applied: regenerate's base) and the last one (where the run ended). The
+    input checkpoint and every `update`/`fork` checkpoint stay; what precedes
+    a thread's first input is no run.
+    """
+    if not run or run[0].metadata.get("source") != "input":
+        return []
+    loops = [n for n in run if n.metadata.get("source") == "loop"]
+    return loops[1:-1]
 
 
 def _subgraph_parents(lineage: Lineage) -> set[NodeKey]:
@@ -522,8 +840,14 @@ def _graftable_onto(parent: CheckpointNode | None) -> bool:
 
 
 def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
-    """Whether `graft` is still sound: every link it skips clones its parent and owns no
-    writes, and the new parent owns none (`_graftable_onto`)."""
+    """Whether `graft` is still sound, on the rows `now` read in its transaction.
+
+    A duration-link graft: every link it skips clones its parent and owns no
+    writes, and the new parent owns none (`_graftable_onto`). A history graft:
+    the chain is as planned (`_chain_as_planned`).
+    """
+    if graft.reason is not Reason.GRAFTED_DURATION_LINK:
+        return _chain_as_planned(graft.child_id, graft.via, graft.new_parent_id, now)
     child = now.get(graft.child_id)
     if child is None or child.parent_id != graft.via[0]:
         return False
@@ -534,3 +858,28 @@ def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
         if link is None or parent is None or link.write_count or not is_clone(link, parent):
             return False
     return True
+
+
+def root_holds(root: Root, now: Mapping[str, CheckpointNode]) -> bool:
+    """Whether `root` is still sound: its chain runs through `via` to a root, as planned."""
+    return _chain_as_planned(root.checkpoint_id, root.via, None, now)
+
+
+def _chain_as_planned(
+    child_id: str, via: Sequence[str], top_id: str | None, now: Mapping[str, CheckpointNode]
+) -> bool:
+    """Whether `child_id`'s parents are `via` then `top_id` (None: `via` ends at a root),
+    and none of them is a delta thread's checkpoint, as the rows `now` read.
+
+    A changed chain means the thread changed since the plan; it is judged again
+    on the next pass.
+    """
+    chain = [child_id, *via]
+    for checkpoint_id, parent_id in zip(chain, [*via, top_id], strict=True):
+        node = now.get(checkpoint_id)
+        if node is None or node.parent_id != parent_id or DELTA_METADATA_KEY in node.metadata:
+            return False
+    if top_id is None:
+        return True
+    top = now.get(top_id)
+    return top is not None and DELTA_METADATA_KEY not in top.metadata

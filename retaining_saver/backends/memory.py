@@ -17,7 +17,7 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage
+from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
 from retaining_saver.backends._base import (
     Backend,
     Integrity,
@@ -223,6 +223,14 @@ class MemoryBackend(Backend):
             rows = self.saver.storage[thread_id][graft.checkpoint_ns]
             checkpoint, metadata, _ = rows[graft.child_id]
             rows[graft.child_id] = (checkpoint, metadata, graft.new_parent_id)
+
+        yield statement
+
+    def make_root(self, thread_id: str, root: Root) -> Op[None]:
+        def statement() -> None:
+            rows = self.saver.storage[thread_id][root.checkpoint_ns]
+            checkpoint, metadata, _ = rows[root.checkpoint_id]
+            rows[root.checkpoint_id] = (checkpoint, metadata, None)
 
         yield statement
 
