@@ -369,17 +369,23 @@ def head_skip(
 
 
 def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
-    """Whether `config` is the first read of a LangGraph run, unpinned, in the root graph."""
+    """Whether `config` is the first read of a LangGraph run in the root graph.
+
+    A run pinned to a `checkpoint_id` (a regenerate, a resume from a held id)
+    is admitted too: it forks elsewhere, so the thread's trailing stamp is as
+    redundant as before any run, and the reference thread never had it. Its
+    own target and `checkpoint_map` selectors are protected.
+    """
     configurable = config.get("configurable", {})
     runtime = configurable.get(RUNTIME_KEY)
     if runtime is None:
         return False
-    first = runs.first_read(runtime)
-    return (
-        first
-        and not configurable.get("checkpoint_id")
-        and not configurable.get("checkpoint_ns", "")
-    )
+    return runs.first_read(runtime) and not configurable.get("checkpoint_ns", "")
+
+
+def is_pinned(config: RunnableConfig) -> bool:
+    """Whether `config` names a `checkpoint_id`."""
+    return bool(config.get("configurable", {}).get("checkpoint_id"))
 
 
 def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:

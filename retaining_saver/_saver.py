@@ -242,8 +242,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not self._is_admission(config):
             return self._pinned_result(config, drive(self._read(config), self.performer))
-        # The admission read: only a hinted leaf or a head shaped like one takes the lock.
         thread_id = str(config["configurable"]["thread_id"])
+        if _admission.is_pinned(config):
+            # A pinned run: clean up as an explicit admission would, then read its target.
+            flow = self._explicit(thread_id, config, _admission.run_selectors(config))
+            with self.locks.hold(thread_id):
+                admitted = self._noted(config, drive(flow, self.performer))
+            self._record(config, admitted)
+            return self._pinned_result(config, drive(self._read(config), self.performer))
+        # The admission read: only a hinted leaf or a head shaped like one takes the lock.
         head, hinted = None, self._hinted_leaf(thread_id)
         if hinted is None:
             head = self.inner.get_tuple(config)
@@ -258,6 +265,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if not self._is_admission(config):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
         thread_id = str(config["configurable"]["thread_id"])
+        if _admission.is_pinned(config):
+            flow = self._explicit(thread_id, config, _admission.run_selectors(config))
+            async with self.locks.ahold(thread_id):
+                admitted = self._noted(config, await adrive(flow, self.performer))
+            self._record(config, admitted)
+            found = await adrive(self._read(config), self.performer)
+            return self._pinned_result(config, found)
         head, hinted = None, self._hinted_leaf(thread_id)
         if hinted is None:
             head = await self._aread_head(thread_id, config)
@@ -519,12 +533,16 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         result, found = yield from self._failsafe(thread_id, flow, config)
         return result, (yield from self._settle(found, config))
 
-    def _explicit(self, thread_id: str, config: RunnableConfig) -> Flow[Admitted]:
+    def _explicit(
+        self, thread_id: str, config: RunnableConfig, protected: frozenset[str] = frozenset()
+    ) -> Flow[Admitted]:
+        """Cleanup that looks the head up itself, without its values; `protected`: ids the
+        run addresses, never reclaimed."""
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.DISABLED), None
         if self._denied_until and time.monotonic() < self._denied_until:
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
-        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, frozenset())
+        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
         return (yield from self._failsafe(thread_id, flow, config, read=False))
 
     def _failsafe(

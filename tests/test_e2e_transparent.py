@@ -132,8 +132,8 @@ async def async_pair(
         yield SaverPair(_wrap(wrapped_inner), bare)
 
 
-def assert_admissions(saver: RetainingSaver, unpinned_runs: int) -> None:
-    """Each unpinned run was admitted once, its cleanup ran without failing and,
+def assert_admissions(saver: RetainingSaver, runs: int) -> None:
+    """Each run (pinned or not) was admitted once, its cleanup ran without failing and,
     as these graphs never leave a reclaimable duration leaf, reclaimed nothing.
 
     Cleanup failures are logged, not raised, so without this a broken cleanup
@@ -142,7 +142,7 @@ def assert_admissions(saver: RetainingSaver, unpinned_runs: int) -> None:
     counters = saver.counters
     assert counters.failed == 0, counters
     assert counters.reclaimed == 0, counters
-    assert counters.attempted == unpinned_runs, counters
+    assert counters.attempted == runs, counters
 
 
 def assert_same_observations(wrapped: Observations, bare: Observations) -> None:
@@ -291,7 +291,7 @@ def test_chat_graph_sync(sync_pair: SaverPair) -> None:
     wrapped = chat_observations(build_chat_graph(sync_pair.wrapped))
     bare = chat_observations(build_chat_graph(sync_pair.bare))
     assert_same_observations(wrapped, bare)
-    assert_admissions(sync_pair.wrapped, unpinned_runs=4)
+    assert_admissions(sync_pair.wrapped, runs=5)  # one pinned (time travel)
     check_chat_content(wrapped)
 
 
@@ -299,7 +299,7 @@ async def test_chat_graph_async(async_pair: SaverPair) -> None:
     wrapped = await achat_observations(build_chat_graph(async_pair.wrapped))
     bare = await achat_observations(build_chat_graph(async_pair.bare))
     assert_same_observations(wrapped, bare)
-    assert_admissions(async_pair.wrapped, unpinned_runs=4)
+    assert_admissions(async_pair.wrapped, runs=5)
     check_chat_content(wrapped)
 
 
@@ -388,7 +388,7 @@ def test_interrupt_graph_sync(sync_pair: SaverPair) -> None:
     wrapped = interrupt_observations(build_interrupt_graph(sync_pair.wrapped))
     bare = interrupt_observations(build_interrupt_graph(sync_pair.bare))
     assert_same_observations(wrapped, bare)
-    assert_admissions(sync_pair.wrapped, unpinned_runs=2)
+    assert_admissions(sync_pair.wrapped, runs=3)  # one pinned
     check_interrupt_content(wrapped)
 
 
@@ -396,7 +396,7 @@ async def test_interrupt_graph_async(async_pair: SaverPair) -> None:
     wrapped = await ainterrupt_observations(build_interrupt_graph(async_pair.wrapped))
     bare = await ainterrupt_observations(build_interrupt_graph(async_pair.bare))
     assert_same_observations(wrapped, bare)
-    assert_admissions(async_pair.wrapped, unpinned_runs=2)
+    assert_admissions(async_pair.wrapped, runs=3)
     check_interrupt_content(wrapped)
 
 
@@ -494,7 +494,7 @@ def test_delta_channel_graph_sync(sync_pair: SaverPair) -> None:
     wrapped = delta_observations(build_delta_graph(sync_pair.wrapped))
     bare = delta_observations(build_delta_graph(sync_pair.bare))
     assert_same_observations(wrapped, bare)
-    assert_admissions(sync_pair.wrapped, unpinned_runs=5)
+    assert_admissions(sync_pair.wrapped, runs=6)  # one pinned
     check_delta_content(wrapped)
 
 
@@ -503,4 +503,4 @@ async def test_delta_channel_graph_async(async_pair: SaverPair) -> None:
     bare = await adelta_observations(build_delta_graph(async_pair.bare))
     assert_same_observations(wrapped, bare)
     check_delta_content(wrapped)
-    assert_admissions(async_pair.wrapped, unpinned_runs=5)
+    assert_admissions(async_pair.wrapped, runs=6)

@@ -172,3 +172,28 @@ def test_delete_thread_forgets_its_reclaims(kind: str, request: pytest.FixtureRe
         saver.delete_thread(RETAINED)
         assert saver.backend.read(saver.backend.reclaimed_clone(RETAINED, "", stamp)) is None
         assert saver.get_tuple(_at(RETAINED, stamp)) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_regenerate_after_a_stamp_leaves_no_stamp_behind(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A run pinned to an older turn (regenerate) is admitted too: the stamp on the head,
+    which the reference never had, goes; the run's own target is protected."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = build_chat_graph(saver)
+        ends = {}
+        for thread_id in (RETAINED, REFERENCE):
+            graph.invoke(chat_turn(0), thread_config(thread_id))
+            ends[thread_id] = _shown(graph, thread_id)
+            graph.invoke(chat_turn(1), thread_config(thread_id))
+        stamp = write_duration_leaf(saver, RETAINED)
+        for thread_id in (RETAINED, REFERENCE):
+            graph.invoke(chat_turn(9), _at(thread_id, ends[thread_id]))  # regenerate turn 1
+        assert saver.counters.reclaimed == 1
+        assert inner.get_tuple(_at(RETAINED, str(stamp))) is None
+        retained = visible_history(graph, thread_config(RETAINED))
+        assert retained == visible_history(graph, thread_config(REFERENCE))
+        _same(graph, thread_config(RETAINED), thread_config(REFERENCE))
+        assert integrity(saver, RETAINED).clean
