@@ -82,13 +82,18 @@ def _namespace(config: RunnableConfig) -> str:
 def run_selectors(config: RunnableConfig) -> frozenset[str]:
     """Checkpoint ids a run's config addresses: its `checkpoint_id` and `checkpoint_map`."""
     configurable = config.get("configurable", {})
-    ids = set()
+    ids = set(map_selectors(config))
     if checkpoint_id := configurable.get("checkpoint_id"):
         ids.add(str(checkpoint_id))
-    checkpoint_map = configurable.get("checkpoint_map")
-    if isinstance(checkpoint_map, Mapping):
-        ids.update(str(v) for v in checkpoint_map.values() if v)
     return frozenset(ids)
+
+
+def map_selectors(config: RunnableConfig) -> frozenset[str]:
+    """The ids a run's `checkpoint_map` addresses (its parent graphs' checkpoints)."""
+    checkpoint_map = config.get("configurable", {}).get("checkpoint_map")
+    if not isinstance(checkpoint_map, Mapping):
+        return frozenset()
+    return frozenset(str(v) for v in checkpoint_map.values() if v)
 
 
 _STACK_ENDS = frozenset(
@@ -141,8 +146,14 @@ def _take_hinted(
     skip = _rules.leaf_skip(leaf, policy, protected)
     if skip is not None or not isinstance(backend, OneRoundBackend):
         return (yield Lookup(read_config)), []
-    op = backend.reclaim_and_read(thread_id, leaf)
-    answer = yield from _cache_safe_take(thread_id, leaf, op, lambda answer: answer[0])
+    try:
+        op = backend.reclaim_and_read(thread_id, leaf)
+        answer = yield from _cache_safe_take(thread_id, leaf, op, lambda answer: answer[0])
+    except Exception as error:
+        if not (yield from _taken_anyway(thread_id, leaf, backend)):
+            raise
+        logger.warning("the take of %s committed, but failed after: %r", leaf.checkpoint_id, error)
+        return (yield Lookup(read_config)), [leaf.checkpoint_id]
     if answer is None:
         return (yield Lookup(read_config)), []
     taken, row = answer
@@ -230,6 +241,8 @@ def _reclaim_stack(
             op = backend.reclaim_leaf(thread_id, node, policy, protected, with_successor=read)
             facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
         except Exception as error:
+            if (yield from _taken_anyway(thread_id, node, backend)):
+                reclaimed.append(node.checkpoint_id)  # committed; only the reply was lost
             if not reclaimed:
                 raise  # nothing committed: the caller's failsafe reports it
             # Earlier rounds are committed: report them, and read the head as it is now.
@@ -256,6 +269,21 @@ def _reclaim_stack(
         head, node = yield from _head_now(thread_id, read_config, backend, read=read)
     head_id = node.checkpoint_id if node is not None else None
     return AdmissionResult(thread_id, tuple(reclaimed), skip, head_id), head
+
+
+def _taken_anyway(thread_id: str, leaf: CheckpointNode, backend: Backend) -> Flow[bool]:
+    """After a take that raised: whether it committed all the same (a lost reply), told by
+    the store. The leaf is gone, and the reclaim record written with its delete names
+    its parent. A failing probe says no."""
+    ns, leaf_id = leaf.checkpoint_ns, leaf.checkpoint_id
+    try:
+        found = yield Run(backend.load_nodes(thread_id, ns, [leaf_id]), Mode.READ)
+        if leaf_id in found:
+            return False
+        clone = yield Run(backend.reclaimed_clone(thread_id, ns, leaf_id), Mode.READ)
+    except Exception:
+        return False
+    return clone is not None and clone == leaf.parent_id
 
 
 def _head_now(
@@ -372,9 +400,10 @@ def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
     """Whether `config` is the first read of a LangGraph run in the root graph.
 
     A run pinned to a `checkpoint_id` (a regenerate, a resume from a held id)
-    is admitted too: it forks elsewhere, so the thread's trailing stamp is as
-    redundant as before any run, and the reference thread never had it. Its
-    own target and `checkpoint_map` selectors are protected.
+    is admitted too: the thread's trailing stamp is as redundant as before any
+    run, and the thread without stamps never had it. A run pinned to the stamp
+    itself then starts from its clone, which holds the same state, as the
+    stamp's id resolves there; its `checkpoint_map` selectors are protected.
     """
     configurable = config.get("configurable", {})
     runtime = configurable.get(RUNTIME_KEY)

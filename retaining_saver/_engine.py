@@ -80,7 +80,7 @@ def retention_pass(
     """Plan and (unless `dry_run`) carry out retention for one thread."""
     before: StorageStats = yield Run(backend.stats(thread_id), Mode.READ)
     lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
-    plan = _rules.plan_retention(lineage, policy, now or datetime.now(UTC))
+    plan = _rules.plan_retention(lineage, policy, datetime.now(UTC) if now is None else now)
     applied = Applied(
         deleted=list(plan.deletions),
         grafted=list(plan.grafts),

@@ -118,6 +118,14 @@ class LeafHints:
             ts=checkpoint["ts"],
         )
 
+    def peek(self, thread_id: str) -> CheckpointNode | None:
+        """The thread's hint, kept."""
+        if not self._leaves:
+            return None
+        with self._lock:
+            found = self._leaves.get(thread_id)
+        return found[0] if found is not None else None
+
     def take(self, thread_id: str) -> CheckpointNode | None:
         """The thread's hint, forgotten: it leads one admission at most."""
         if not self._leaves:

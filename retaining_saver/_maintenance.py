@@ -27,6 +27,9 @@ class MaintenanceMixin:
     locks: ThreadLocks
     reclaimed: ReclaimedIds
 
+    def _nul_ok(self) -> bool:
+        return self.backend is None or self.backend.holds_nul
+
     def _require_backend(self) -> Backend:
         if self.backend is None:
             raise UnsupportedSaverError(type(self.performer.inner))
@@ -50,6 +53,7 @@ class MaintenanceMixin:
     ) -> Flow[RetentionReport]:
         backend = self._require_backend()
         validate.flag("dry_run", dry_run)
+        validate.moment("now", now)
         return retention_pass(thread_id, backend, self._policy(policy), dry_run=dry_run, now=now)
 
     def enforce_thread_retention(
@@ -69,7 +73,7 @@ class MaintenanceMixin:
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        validate.thread_id("thread_id", thread_id)
+        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         flow = self._retention_pass(thread_id, policy, dry_run, now)
         with self.locks.hold(thread_id), self._permission_named():
             return self._noted_clones(drive(flow, self.performer))
@@ -83,7 +87,7 @@ class MaintenanceMixin:
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
-        validate.thread_id("thread_id", thread_id)
+        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         flow = self._retention_pass(thread_id, policy, dry_run, now)
         async with self.locks.ahold(thread_id):
             with self._permission_named():
@@ -120,7 +124,7 @@ class MaintenanceMixin:
         Memory stays bounded by `page_size` ids and one thread's lineage.
         """
         self._require_backend()
-        thread_ids = validate.thread_ids("thread_ids", thread_ids)
+        thread_ids = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
         for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
             yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
 
@@ -141,7 +145,7 @@ class MaintenanceMixin:
     ) -> AsyncIterator[RetentionReport]:
         """Async `enforce_retention`."""
         backend = self._require_backend()
-        thread_ids = validate.thread_ids("thread_ids", thread_ids)
+        thread_ids = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
         if thread_ids is not None:
             for thread_id in thread_ids:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
@@ -155,7 +159,7 @@ class MaintenanceMixin:
 
     def storage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Rows and bytes per table for one thread, or for the whole store."""
-        validate.optional_thread_id("thread_id", thread_id)
+        validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         backend = self._require_backend()
         return backend.read(backend.stats(thread_id))
 
@@ -194,7 +198,7 @@ class MaintenanceMixin:
 
     async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Async `storage_stats`."""
-        validate.optional_thread_id("thread_id", thread_id)
+        validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         backend = self._require_backend()
         return await backend.aread(backend.stats(thread_id))
 

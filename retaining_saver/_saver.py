@@ -186,10 +186,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             )
         # What the cleanup flows' effects act on: the saver, its backend, the caches.
         self.performer = Performer(inner, self.backend, self.history_caches)
+        # Stamps this process wrote, per thread (the last one, until another root put).
+        auto = self.backend is not None and admission == "auto"
+        self.stamps = LeafHints(self.policy) if auto else None
         hinting = isinstance(self.backend, OneRoundBackend) and admission == "auto"
         hinting = hinting and self.backend is not None and self.backend.fast
         # Stamps this process wrote, so a Postgres admission can take one unread.
-        self.hints = LeafHints(self.policy) if hinting else None
+        self.hints = self.stamps if hinting else None
         # Per thread: held by every deletion and every write, never across user code.
         self.locks = ThreadLocks()
         # Tells a run's first read (its admission) from its later ones.
@@ -202,6 +205,10 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self._denied_until = 0.0
         # Heads an unpinned read returned that could vanish: for their delta-history reads.
         self._resolved: OrderedDict[tuple[str, str, str], _admission.ReadTarget] = OrderedDict()
+        # Leaf-shaped checkpoints reads returned, which a write on them would keep.
+        self._stamps_read = ReclaimedIds(size=4096)
+        # What writes on stamps reclaimed, to be accounted once their lock is released.
+        self._taken: list[tuple[RunnableConfig, Admitted]] = []
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
         self.reclaimed = ReclaimedIds(reclaimed_id_ttl)
         if self.backend is not None:
@@ -240,12 +247,14 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if not _well_formed(config):
+            return self.inner.get_tuple(config)  # the saver judges it, as bare
         if not self._is_admission(config):
             return self._pinned_result(config, drive(self._read(config), self.performer))
         thread_id = str(config["configurable"]["thread_id"])
         if _admission.is_pinned(config):
             # A pinned run: clean up as an explicit admission would, then read its target.
-            flow = self._explicit(thread_id, config, _admission.run_selectors(config))
+            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             with self.locks.hold(thread_id):
                 admitted = self._noted(config, drive(flow, self.performer))
             self._record(config, admitted)
@@ -262,11 +271,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         return self._record(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if not _well_formed(config):
+            return await self.inner.aget_tuple(config)
         if not self._is_admission(config):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
         thread_id = str(config["configurable"]["thread_id"])
         if _admission.is_pinned(config):
-            flow = self._explicit(thread_id, config, _admission.run_selectors(config))
+            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             async with self.locks.ahold(thread_id):
                 admitted = self._noted(config, await adrive(flow, self.performer))
             self._record(config, admitted)
@@ -300,8 +311,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     def _stored(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
-        if self.hints is not None:
-            self.hints.note(config, checkpoint, metadata)
+        if self.stamps is not None:
+            self.stamps.note(config, checkpoint, metadata)
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, config)
@@ -333,7 +344,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         return self._record(config, admitted)[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
-        validate.thread_id("thread_id", thread_id)
+        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         validate.require(
             isinstance(checkpoint_ns, str),
             TypeError,
@@ -353,10 +364,16 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         found: CheckpointTuple | None = yield Lookup(config)
         if not config.get("configurable", {}).get("checkpoint_id"):
-            return (yield from self._settle(found, config))
-        if found is None:
+            found = yield from self._settle(found, config)
+        elif found is None:
             found = yield from self._reclaimed_read(config)
+        if found is not None and self._may_be_stamp(found):
+            # A write on it (an update_state) would keep it: see `_write_on_stamp`.
+            self._stamps_read.note(_checkpoint_key(found.config), "")
         return found
+
+    def _may_be_stamp(self, found: CheckpointTuple) -> bool:
+        return self.stamps is not None and _admission.could_vanish(found, self.policy)
 
     def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
@@ -397,7 +414,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return super().put(config, checkpoint, metadata, new_versions)
         with self.locks.hold(thread_id):
-            return super().put(self._onto_survivor(config), checkpoint, metadata, new_versions)
+            update = metadata.get("source") == "update"
+            admitted, config = self._write_on_stamp(
+                thread_id, config, checkpoint=True, update=update
+            )
+            if admitted is not None:
+                config = drive(admitted, self.performer)
+            stored = super().put(config, checkpoint, metadata, new_versions)
+        self._record_taken()
+        return stored
 
     async def aput(
         self,
@@ -410,8 +435,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return await super().aput(config, checkpoint, metadata, new_versions)
         async with self.locks.ahold(thread_id):
-            config = self._onto_survivor(config)
-            return await super().aput(config, checkpoint, metadata, new_versions)
+            update = metadata.get("source") == "update"
+            admitted, config = self._write_on_stamp(
+                thread_id, config, checkpoint=True, update=update
+            )
+            if admitted is not None:
+                config = await adrive(admitted, self.performer)
+            stored = await super().aput(config, checkpoint, metadata, new_versions)
+        self._record_taken()
+        return stored
 
     def put_writes(
         self,
@@ -424,7 +456,11 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return super().put_writes(config, writes, task_id, task_path)
         with self.locks.hold(thread_id):
-            return super().put_writes(self._onto_survivor(config), writes, task_id, task_path)
+            admitted, config = self._write_on_stamp(thread_id, config, checkpoint=False)
+            if admitted is not None:
+                config = drive(admitted, self.performer)
+            super().put_writes(config, writes, task_id, task_path)
+        self._record_taken()
 
     async def aput_writes(
         self,
@@ -437,14 +473,59 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return await super().aput_writes(config, writes, task_id, task_path)
         async with self.locks.ahold(thread_id):
-            config = self._onto_survivor(config)
-            return await super().aput_writes(config, writes, task_id, task_path)
+            admitted, config = self._write_on_stamp(thread_id, config, checkpoint=False)
+            if admitted is not None:
+                config = await adrive(admitted, self.performer)
+            await super().aput_writes(config, writes, task_id, task_path)
+        self._record_taken()
+
+    def _write_on_stamp(
+        self, thread_id: str, config: RunnableConfig, *, checkpoint: bool, update: bool = False
+    ) -> tuple[Flow[RunnableConfig] | None, RunnableConfig]:
+        """`config` for a write under the thread's lock, and a flow to run first when the
+        write would keep the stamp this process last wrote on the thread.
+
+        A new root checkpoint (`checkpoint`: an `update_state`, a second stamp) would
+        bury the stamp at the head, on it or beside it; writes on the stamp would make
+        it live. Either way the stamp is reclaimed first, as an admission would, and
+        the write lands on its clone: as on the thread where it was never written.
+        A stamp is known here when this process wrote or read it; an `update` put (an
+        `update_state`, rare next to a run's puts) looks the head up whatever it knows,
+        so a stamp another process wrote goes too.
+        """
+        config = self._onto_survivor(config)
+        configurable = config["configurable"]
+        if self.stamps is None or configurable.get("checkpoint_ns", ""):
+            return None, config
+        target = configurable.get("checkpoint_id")
+        stamp = self.stamps.peek(thread_id)
+        on_stamp = stamp is not None and stamp.checkpoint_id == target
+        read_as_stamp = self._stamps_read.clone_of((thread_id, "", str(target))) is not None
+        if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
+            return self._reclaim_then_land(thread_id, config), config
+        return None, config  # writes elsewhere leave the stamp the head
+
+    def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
+        admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))
+        self._noted(config, admitted)
+        self._taken.append((config, admitted))
+        return self._onto_survivor(config)
+
+    def _record_taken(self) -> None:
+        """Account, outside the lock, for what writes on stamps reclaimed."""
+        while self._taken:
+            config, admitted = self._taken.pop()
+            # A write that found no stamp to take was no admission: nothing to count.
+            if admitted[0].reclaimed or admitted[0].skipped is Skip.FAILED:
+                self._record(config, admitted)
 
     def _lockable(self, config: RunnableConfig) -> str | None:
         """The thread a write must lock, or None where nothing of ours can race it
         (cleanup disabled, or an id the bare saver will judge for itself)."""
-        thread_id = config.get("configurable", {}).get("thread_id")
-        return thread_id if self.backend is not None and isinstance(thread_id, str) else None
+        if self.backend is None or not _well_formed(config):
+            return None
+        thread_id = config["configurable"].get("thread_id")
+        return thread_id if isinstance(thread_id, str) else None
 
     def _onto_survivor(self, config: RunnableConfig) -> RunnableConfig:
         """`config`, moved from an id this process reclaimed to the clone that survives it."""
@@ -678,6 +759,12 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 self._resolved.move_to_end(key)
                 if len(self._resolved) > 1024:
                     self._resolved.popitem(last=False)
+
+
+def _well_formed(config: Any) -> bool:
+    """Whether `config` is a mapping whose `configurable` is one: anything else goes to
+    the saver untouched, which fails on it exactly as bare."""
+    return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
 
 
 def _pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -44,11 +44,12 @@ def ids(name: str, value: Any) -> frozenset[str]:
 
 
 def items_of(name: str, value: Any, kind: type, what: str) -> tuple[Any, ...]:
-    """`value`, an iterable (not a str) of `kind`, as a tuple; `what` names `kind`."""
+    """`value`, an iterable (not a str) of instances of `kind` (a class that only looks
+    like one is refused), as a tuple; `what` names `kind`."""
     ok = isinstance(value, Iterable) and not isinstance(value, str | bytes)
     items = tuple(value) if ok else ()
     require(
-        ok and all(isinstance(i, kind) for i in items),
+        ok and all(isinstance(i, kind) and not isinstance(i, type) for i in items),
         TypeError,
         f"{name} must be a sequence of {what}, got {value!r}",
     )
@@ -78,22 +79,38 @@ def count(name: str, value: Any, *, optional: bool = False, minimum: int = 0) ->
     return value
 
 
-def thread_id(name: str, value: Any) -> str:
-    """`value`, a non-empty str thread id (never `str()`-ed: `None` is no thread "None")."""
+def thread_id(name: str, value: Any, *, nul_ok: bool = True) -> str:
+    """`value`, a non-empty str thread id (never `str()`-ed: `None` is no thread "None");
+    without NUL unless `nul_ok` (Postgres text holds no NUL; SQLite and memory do)."""
     require(
         isinstance(value, str) and bool(value),
         TypeError,
         f"{name} must be a non-empty str, got {value!r}",
     )
+    require(
+        nul_ok or "\x00" not in value,
+        ValueError,
+        f"{name} must not contain NUL on this store, got {value!r}",
+    )
     return str(value)
 
 
-def optional_thread_id(name: str, value: Any) -> str | None:
+def moment(name: str, value: Any) -> Any:
+    """`value`, a `datetime` or None (naive times are taken as UTC)."""
+    require(
+        value is None or isinstance(value, datetime),
+        TypeError,
+        f"{name} must be a datetime or None, got {value!r}",
+    )
+    return value
+
+
+def optional_thread_id(name: str, value: Any, *, nul_ok: bool = True) -> str | None:
     """`thread_id`, or None."""
-    return None if value is None else thread_id(name, value)
+    return None if value is None else thread_id(name, value, nul_ok=nul_ok)
 
 
-def thread_ids(name: str, value: Any) -> Iterable[str] | None:
+def thread_ids(name: str, value: Any, *, nul_ok: bool = True) -> Iterable[str] | None:
     """`value`, None or an iterable of thread ids that is not itself a str; each id is
     checked as it is used, so a generator streams."""
     if value is None:
@@ -103,4 +120,4 @@ def thread_ids(name: str, value: Any) -> Iterable[str] | None:
         TypeError,
         f"{name} must be an iterable of thread id strings (not one str), got {value!r}",
     )
-    return (thread_id(name, t) for t in value)
+    return (thread_id(name, t, nul_ok=nul_ok) for t in value)

@@ -99,18 +99,34 @@ def test_reads_while_idle_never_clean_up(kind: str, request: pytest.FixtureReque
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_run_pinned_to_the_leaf_keeps_it(kind: str, request: pytest.FixtureRequest) -> None:
+def test_run_pinned_to_the_leaf_starts_from_its_clone(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The leaf clones its parent, so a run pinned to it is a run pinned to the parent:
+    the leaf goes, its id resolves to the parent, and the run forks from there. A
+    protected leaf stays (the next test's shape)."""
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         graph = build_chat_graph(saver)
         config = thread_config("pinned")
         graph.invoke(chat_turn(0), config)
+        parent = inner.get_tuple(config)
         leaf = write_duration_leaf(saver, "pinned")
-        assert leaf is not None
+        assert leaf is not None and parent is not None
         pinned = {"configurable": {"thread_id": "pinned", "checkpoint_id": leaf}}
         graph.invoke(chat_turn(1), pinned)
-        assert saver.get_tuple(pinned) is not None
-        assert saver.counters.reclaimed == 0
+        assert saver.counters.reclaimed == 1
+        assert inner.get_tuple(pinned) is None
+        answer = saver.get_tuple(pinned)
+        assert answer is not None and answer.checkpoint["id"] == parent.checkpoint["id"]
+        assert integrity(saver, "pinned").clean
+        second = write_duration_leaf(inner, "pinned")
+        assert second is not None
+        kept = RetainingSaver(inner, protect_checkpoint_ids=[second])
+        at_second = {"configurable": {"thread_id": "pinned", "checkpoint_id": second}}
+        build_chat_graph(kept).invoke(chat_turn(2), at_second)
+        assert kept.counters.reclaimed == 0
+        assert inner.get_tuple(at_second) is not None
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -11,12 +11,12 @@ from savers import KINDS, open_async
 
 from retaining_saver import RetainingSaver, Skip
 from retaining_saver.testing import awrite_duration_leaf
-from retaining_saver.testing.checks import aintegrity
+from retaining_saver.testing.checks import aintegrity, awalk
 from retaining_saver.testing.graphs import thread
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_idle_reads_and_pinned_runs_leave_the_leaf(
+async def test_idle_reads_leave_the_leaf_and_a_run_pinned_to_it_starts_from_its_clone(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
     async with open_async(kind, request) as inner:
@@ -28,9 +28,16 @@ async def test_idle_reads_and_pinned_runs_leave_the_leaf(
         assert leaf is not None
         await graph.aget_state(config)
         _ = [s async for s in graph.aget_state_history(config)]
-        await graph.ainvoke(chat_turn(1), thread("idle", leaf))  # pinned to the leaf
         assert await inner.aget_tuple(thread("idle", leaf)) is not None
         assert saver.counters.reclaimed == 0
+        await graph.ainvoke(chat_turn(1), thread("idle", leaf))  # pinned to the leaf
+        assert await inner.aget_tuple(thread("idle", leaf)) is None
+        assert saver.counters.reclaimed == 1
+        clone = await saver.aget_tuple(thread("idle", leaf))
+        assert clone is not None
+        chain = [t.checkpoint["id"] for t in await awalk(inner, config)]
+        assert clone.checkpoint["id"] in chain and leaf not in chain  # forked from the clone
+        assert (await aintegrity(saver, "idle")).clean
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -101,6 +101,8 @@ class Backend(ABC):
     kind: ClassVar[str]
     tables: ClassVar[tuple[str, ...]]
     stores_blobs: ClassVar[bool]
+    holds_nul: ClassVar[bool] = True
+    """Whether a thread id may contain NUL (Postgres text cannot)."""
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver

@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -30,6 +31,32 @@ from retaining_saver.backends._base import (
 )
 
 Statement = Callable[[], Any]
+
+# The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
+_JOURNAL = threading.local()
+
+
+def _journal(undo: Callable[[], Any]) -> None:
+    """Remember how to undo one change, should a later statement of the operation fail."""
+    journal = getattr(_JOURNAL, "undo", None)
+    if journal is not None:
+        journal.append(undo)
+
+
+def _drop(records: dict[Any, Any], keys: list[Any]) -> None:
+    """Delete `keys` from `records`, undoably."""
+    for key in keys:
+        if key in records:
+            value = records.pop(key)
+            _journal(partial(records.__setitem__, key, value))
+
+
+def _set_row(rows: dict[str, Any], checkpoint_id: str, parent_id: str | None) -> None:
+    """Point a saved row at another parent, undoably."""
+    old = rows[checkpoint_id]
+    rows[checkpoint_id] = (old[0], old[1], parent_id)
+    _journal(partial(rows.__setitem__, checkpoint_id, old))
+
 
 # Per saver, every reclaim record: (thread, ns, id) -> (clone id, when). Kept
 # beside the saver rather than in one backend, so every wrapper of the same
@@ -54,7 +81,19 @@ class MemoryBackend(Backend):
     saver: InMemorySaver
 
     def run(self, op: Op[T]) -> T:
-        return drive_statements(op, lambda statement: statement())
+        """Carry out `op`; if a statement raises, undo what the earlier ones changed, so
+        that the operation is one transaction here too."""
+        outer = getattr(_JOURNAL, "undo", None)
+        journal: list[Callable[[], Any]] = []
+        _JOURNAL.undo = journal
+        try:
+            return drive_statements(op, lambda statement: statement())
+        except BaseException:
+            for undo in reversed(journal):
+                undo()
+            raise
+        finally:
+            _JOURNAL.undo = outer
 
     async def arun(self, op: Op[T]) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
@@ -173,9 +212,14 @@ class MemoryBackend(Backend):
     def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         def statement() -> bool:
             rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-            if rows.pop(checkpoint_id, None) is None:
+            row = rows.pop(checkpoint_id, None)
+            if row is None:
                 return False
-            self.saver.writes.pop((thread_id, checkpoint_ns, checkpoint_id), None)
+            key = (thread_id, checkpoint_ns, checkpoint_id)
+            writes = self.saver.writes.pop(key, None)
+            _journal(lambda: rows.__setitem__(checkpoint_id, row))
+            if writes is not None:
+                _journal(lambda: self.saver.writes.__setitem__(key, writes))
             return True
 
         deleted: bool = yield statement
@@ -191,9 +235,13 @@ class MemoryBackend(Backend):
         def statement() -> None:
             records, now = self._records(), time.time()
             oldest = now - self.reclaimed_ttl.total_seconds()
-            for key in [k for k, (_, at) in records.items() if k[0] == thread_id and at < oldest]:
-                del records[key]
-            records[(thread_id, checkpoint_ns, checkpoint_id)] = (clone_id, now)
+            key = (thread_id, checkpoint_ns, checkpoint_id)
+            _drop(
+                records, [k for k, (_, at) in records.items() if k[0] == thread_id and at < oldest]
+            )
+            _drop(records, [key])
+            records[key] = (clone_id, now)
+            _journal(partial(records.pop, key, None))
 
         yield statement
 
@@ -213,24 +261,21 @@ class MemoryBackend(Backend):
     def forget_reclaimed(self, thread_id: str) -> Op[None]:
         def statement() -> None:
             records = self._records()
-            for key in [k for k in records if k[0] == thread_id]:
-                del records[key]
+            _drop(records, [k for k in records if k[0] == thread_id])
 
         yield statement
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         def statement() -> None:
             rows = self.saver.storage[thread_id][graft.checkpoint_ns]
-            checkpoint, metadata, _ = rows[graft.child_id]
-            rows[graft.child_id] = (checkpoint, metadata, graft.new_parent_id)
+            _set_row(rows, graft.child_id, graft.new_parent_id)
 
         yield statement
 
     def make_root(self, thread_id: str, root: Root) -> Op[None]:
         def statement() -> None:
             rows = self.saver.storage[thread_id][root.checkpoint_ns]
-            checkpoint, metadata, _ = rows[root.checkpoint_id]
-            rows[root.checkpoint_id] = (checkpoint, metadata, None)
+            _set_row(rows, root.checkpoint_id, None)
 
         yield statement
 
@@ -249,7 +294,9 @@ class MemoryBackend(Backend):
                 if key not in referenced and (thread_id, *key) in self.saver.blobs
             ]
             for ns, channel, version in freed:
-                del self.saver.blobs[(thread_id, ns, channel, version)]
+                blob_key = (thread_id, ns, channel, version)
+                blob = self.saver.blobs.pop(blob_key)
+                _journal(partial(self.saver.blobs.__setitem__, blob_key, blob))
             return freed
 
         freed: list[BlobKey] = yield statement

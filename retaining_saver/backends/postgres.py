@@ -510,6 +510,7 @@ class PostgresBackend(OneRoundBackend):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
+    holds_nul = False
     tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
     stores_blobs = True
     saver: PostgresSaver | AsyncPostgresSaver
