@@ -414,12 +414,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return super().put(config, checkpoint, metadata, new_versions)
         with self.locks.hold(thread_id):
-            update = metadata.get("source") == "update"
-            admitted, config = self._write_on_stamp(
-                thread_id, config, checkpoint=True, update=update
-            )
-            if admitted is not None:
-                config = drive(admitted, self.performer)
+            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
+            config = drive(flow, self.performer)
             stored = super().put(config, checkpoint, metadata, new_versions)
         self._record_taken()
         return stored
@@ -435,12 +431,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return await super().aput(config, checkpoint, metadata, new_versions)
         async with self.locks.ahold(thread_id):
-            update = metadata.get("source") == "update"
-            admitted, config = self._write_on_stamp(
-                thread_id, config, checkpoint=True, update=update
-            )
-            if admitted is not None:
-                config = await adrive(admitted, self.performer)
+            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
+            config = await adrive(flow, self.performer)
             stored = await super().aput(config, checkpoint, metadata, new_versions)
         self._record_taken()
         return stored
@@ -456,9 +448,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return super().put_writes(config, writes, task_id, task_path)
         with self.locks.hold(thread_id):
-            admitted, config = self._write_on_stamp(thread_id, config, checkpoint=False)
-            if admitted is not None:
-                config = drive(admitted, self.performer)
+            config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
             super().put_writes(config, writes, task_id, task_path)
         self._record_taken()
 
@@ -473,17 +463,21 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if thread_id is None:
             return await super().aput_writes(config, writes, task_id, task_path)
         async with self.locks.ahold(thread_id):
-            admitted, config = self._write_on_stamp(thread_id, config, checkpoint=False)
-            if admitted is not None:
-                config = await adrive(admitted, self.performer)
+            flow = self._landing(thread_id, config, checkpoint=False)
+            config = await adrive(flow, self.performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._record_taken()
 
-    def _write_on_stamp(
-        self, thread_id: str, config: RunnableConfig, *, checkpoint: bool, update: bool = False
-    ) -> tuple[Flow[RunnableConfig] | None, RunnableConfig]:
-        """`config` for a write under the thread's lock, and a flow to run first when the
-        write would keep the stamp this process last wrote on the thread.
+    def _landing(
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        *,
+        checkpoint: bool,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Flow[RunnableConfig]:
+        """Where a write under the thread's lock lands: `config`, moved off a reclaimed id,
+        and off the stamp the write would keep, which is reclaimed first.
 
         A new root checkpoint (`checkpoint`: an `update_state`, a second stamp) would
         bury the stamp at the head, on it or beside it; writes on the stamp would make
@@ -496,14 +490,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         config = self._onto_survivor(config)
         configurable = config["configurable"]
         if self.stamps is None or configurable.get("checkpoint_ns", ""):
-            return None, config
+            return config
         target = configurable.get("checkpoint_id")
         stamp = self.stamps.peek(thread_id)
         on_stamp = stamp is not None and stamp.checkpoint_id == target
         read_as_stamp = self._stamps_read.clone_of((thread_id, "", str(target))) is not None
+        update = metadata is not None and metadata.get("source") == "update"
         if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
-            return self._reclaim_then_land(thread_id, config), config
-        return None, config  # writes elsewhere leave the stamp the head
+            return (yield from self._reclaim_then_land(thread_id, config))
+        return config  # writes elsewhere leave the stamp the head
 
     def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
         admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))
