@@ -141,8 +141,8 @@ WHERE thread_id = ?
 GROUP BY checkpoint_ns, checkpoint_id
 """
 
-# The ids come as one JSON array, so the statement text never depends on their number.
-SELECT_NODES_SQL = """
+# A node's columns and its write count, read from `checkpoints AS c`.
+_NODE_SELECT = """
 SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
     c.metadata,
     (
@@ -152,24 +152,23 @@ SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.check
             AND w.checkpoint_id = c.checkpoint_id
     ) AS write_count
 FROM checkpoints AS c
-WHERE c.thread_id = ? AND c.checkpoint_ns = ?
+WHERE c.thread_id = ? AND c.checkpoint_ns = ?"""
+
+# The ids come as one JSON array, so the statement text never depends on their number.
+SELECT_NODES_SQL = (
+    _NODE_SELECT
+    + """
     AND c.checkpoint_id IN (SELECT value FROM json_each(?))
 """
+)
 
 # One statement, so that a read outside any transaction sees one snapshot.
-SELECT_HEAD_NODE_SQL = """
-SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
-    c.metadata,
-    (
-        SELECT COUNT(*) FROM writes AS w
-        WHERE w.thread_id = c.thread_id
-            AND w.checkpoint_ns = c.checkpoint_ns
-            AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count
-FROM checkpoints AS c
-WHERE c.thread_id = ? AND c.checkpoint_ns = ?
+SELECT_HEAD_NODE_SQL = (
+    _NODE_SELECT
+    + """
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
+)
 
 SELECT_HAS_CHILDREN_SQL = """
 SELECT EXISTS (
