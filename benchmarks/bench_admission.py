@@ -13,9 +13,10 @@ printed for context only; they say nothing across machines or runs.
       fresh `__pregel_runtime` object (root ns, unpinned), vs the bare
       `inner.aget_tuple` of the same thread. Goal <= 1.05x.
 (ii)  admission read that reclaims a leaf (a fresh leaf is written before each
-      repetition, untimed) vs the bare read. Goal <= 2.0x. Twice: the leaf
+      repetition, untimed) vs the bare read. Goal < 1.5x. Twice: the leaf
       stamped by another process (written straight to the store), and stamped
-      through this saver, which on Postgres takes it as the head is read.
+      through this saver. On Postgres both take it in the statement that reads
+      the head.
 (iii) cleanup (`aadmit` reclaiming one leaf) on a 10,000-checkpoint thread vs
       a 10-checkpoint one, raw, and divided by the bare read at each size
       (bare reads are not flat on every backend). Goal <= 1.2x.
@@ -344,7 +345,7 @@ async def bench_backend(kind: str, reps: int, directory: str) -> list[Figure]:
                     f"(ii) admission read reclaiming a leaf stamped by {label} / bare read",
                     times["wrapped"],
                     times["bare"],
-                    2.0,
+                    1.5,
                 )
             )
 

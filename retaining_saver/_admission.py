@@ -16,6 +16,7 @@ which references every blob the leaf did.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -27,8 +28,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, History, Invalidate, Lookup, Mode, Offload, Run
-from retaining_saver._rules import CheckpointNode, LeafFacts, RetentionPolicy, Skip
+from retaining_saver._effects import (
+    FellBack,
+    Flow,
+    History,
+    Invalidate,
+    Lookup,
+    Mode,
+    Offload,
+    Run,
+)
+from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
@@ -37,6 +47,9 @@ from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend,
 RUNTIME_KEY = "__pregel_runtime"
 
 logger = logging.getLogger("retaining_saver")
+
+FAST_READ = "the admission read's fast path"
+"""How `counters.fallbacks` names a failed build of the head the admission read selected."""
 
 
 @dataclass(frozen=True)
@@ -111,17 +124,25 @@ def admit_read(
     policy: RetentionPolicy,
     protected: frozenset[str],
     head: CheckpointTuple | None,
-    hinted: CheckpointNode | None = None,
+    marker: MarkerShape | None = None,
 ) -> Flow[Admitted]:
     """Reclaim the stack of duration leaves on `head`, what the admission read returned.
 
-    With a `hinted` leaf instead of a head, the hinted leaf is taken as the
-    head is read (see `_take_hinted`), and the stack goes on from that head.
+    With `marker` instead of a head (a `OneRoundBackend`), the read itself takes
+    the trailing leaf the marker names (see `_admit_in_one_round`), and the
+    stack goes on from the head it read.
     """
     reclaimed: list[str] = []
-    if hinted is not None:
-        flow = _take_hinted(thread_id, read_config, backend, policy, protected, hinted)
+    if marker is not None:
+        assert isinstance(backend, OneRoundBackend)
+        ids = protected | policy.protect_checkpoint_ids
+        flow = _admit_in_one_round(thread_id, read_config, backend, ids, marker)
         head, reclaimed = yield from flow
+        if head is not None and not _rules.may_have_marker(head.metadata, policy):
+            # The common case, told from the metadata alone: no leaf is left to take.
+            skip = None if reclaimed else Skip.NOT_MARKED
+            result = AdmissionResult(thread_id, tuple(reclaimed), skip, head.checkpoint["id"])
+            return result, head
     node = node_of(head) if head is not None else None
     return (
         yield from _reclaim_stack(
@@ -130,40 +151,48 @@ def admit_read(
     )
 
 
-def _take_hinted(
+def _admit_in_one_round(
     thread_id: str,
     read_config: RunnableConfig,
-    backend: Backend,
-    policy: RetentionPolicy,
+    backend: OneRoundBackend,
     protected: frozenset[str],
-    leaf: CheckpointNode,
+    marker: MarkerShape,
 ) -> Flow[tuple[CheckpointTuple | None, list[str]]]:
-    """Take `leaf`, known before the read, while reading the head; else only read the head.
+    """Read the head as its trailing leaf, if any, is taken: the head and the ids taken.
 
-    The rules judge the hint as they judge a head. Where the take does not
-    happen, the stack meets the head as it is and says why.
+    The store judges the leaf by `marker`, the rules' own; a statement that
+    raised is asked about by its token, since it may have committed.
     """
-    skip = _rules.leaf_skip(leaf, policy, protected)
-    if skip is not None or not isinstance(backend, OneRoundBackend):
-        return (yield Lookup(read_config)), []
+    ns, token = _namespace(read_config), os.urandom(16).hex()
     try:
-        op = backend.reclaim_and_read(thread_id, leaf)
-        answer = yield from _cache_safe_take(thread_id, leaf, op, lambda answer: answer[0])
+        op = backend.admit_and_read(thread_id, ns, marker, protected, token)
+        taken, row = yield Run(op, Mode.GUARDED)
     except Exception as error:
-        if not (yield from _taken_anyway(thread_id, leaf, backend)):
+        lost = yield from _taken_by(thread_id, ns, token, backend)
+        if lost is None:
             raise
-        logger.warning("the take of %s committed, but failed after: %r", leaf.checkpoint_id, error)
-        return (yield Lookup(read_config)), [leaf.checkpoint_id]
-    if answer is None:
-        return (yield Lookup(read_config)), []
-    taken, row = answer
+        logger.warning("the take of %s committed, but its reply was lost: %r", lost, error)
+        return (yield Lookup(read_config)), [lost]
     head = None
     if row is not None:
-        # Built in place, with no suspension between a committed take and its record.
-        done = "reclaimed" if taken else "kept"
-        build = _now(partial(backend.read_tuple, row))
-        head = yield from _built_or_read(build, read_config, f"{done} {leaf.checkpoint_id}")
-    return head, [leaf.checkpoint_id] if taken else []
+        try:
+            # After a take, built in place: no suspension between it and its record.
+            head = yield from _tuple_of_row(backend, row, offload=taken is None)
+        except Exception as error:
+            yield FellBack(FAST_READ, error)
+        if head is None:
+            head = yield Lookup(read_config)
+    return head, [] if taken is None else [taken]
+
+
+def _taken_by(thread_id: str, ns: str, token: str, backend: OneRoundBackend) -> Flow[str | None]:
+    """The id an admission read with `token` took though it raised; None if it took none,
+    or if asking fails."""
+    try:
+        taken: str | None = yield Run(backend.taken_by(thread_id, ns, token), Mode.READ)
+    except Exception:
+        return None
+    return taken
 
 
 def read_head(
@@ -183,9 +212,15 @@ def read_head(
     return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
 
 
-def _tuple_of_row(backend: HeadReader, row: Any) -> Flow[CheckpointTuple | None]:
-    """The tuple the saver builds from `row`; None where only the saver can build it."""
-    load = backend.row_writes(row)
+def _tuple_of_row(
+    backend: HeadReader, row: Any, *, offload: bool = True
+) -> Flow[CheckpointTuple | None]:
+    """The tuple the saver builds from `row`; None where only the saver can build it.
+
+    Pending writes are deserialized where the saver does it (a worker thread,
+    for the async Postgres saver), unless `offload` is False.
+    """
+    load = backend.row_writes(row) if offload else None
     writes = None if load is None else (yield Offload(load))
     return backend.read_tuple(row, writes)
 

@@ -80,17 +80,28 @@ class Offload:
     call: Callable[[], Any]
 
 
-Effect = Lookup | Invalidate | Run | History | Offload
+@dataclass(frozen=True, slots=True)
+class FellBack:
+    """A fast path built on upstream internals failed with `error`, and the saver's own
+    call answers instead: count it (and log the first)."""
+
+    what: str
+    error: Exception
+
+
+Effect = Lookup | Invalidate | Run | History | Offload | FellBack
 Flow = Generator[Effect, Any, T]
 
 
 @dataclass(frozen=True)
 class Performer:
-    """What effects act on: the inner saver, its backend and the caches."""
+    """What effects act on: the inner saver, its backend, the caches, and what counts a
+    fallback."""
 
     inner: BaseCheckpointSaver[Any]
     backend: Backend | None
     caches: Sequence[HistoryCache]
+    fell_back: Callable[[str, Exception], None] = lambda what, error: None
 
     def _backend(self) -> Backend:
         if self.backend is None:
@@ -106,6 +117,8 @@ class Performer:
             )
         if isinstance(effect, Offload):
             return effect.call()
+        if isinstance(effect, FellBack):
+            return self.fell_back(effect.what, effect.error)
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:
@@ -123,6 +136,8 @@ class Performer:
         return backend.run(effect.op)
 
     async def aperform(self, effect: Effect) -> Any:
+        if type(effect) is Run:  # the common effect first: every admission read runs one
+            return await self._arun(effect)
         if isinstance(effect, Lookup):
             return await self.inner.aget_tuple(effect.config)
         if isinstance(effect, History):
@@ -131,6 +146,8 @@ class Performer:
             )
         if isinstance(effect, Offload):
             return await asyncio.to_thread(effect.call)
+        if isinstance(effect, FellBack):
+            return self.fell_back(effect.what, effect.error)
         if isinstance(effect, Invalidate):
             for cache in self.caches:
                 if effect.checkpoint_ids is None:
@@ -140,6 +157,9 @@ class Performer:
                         str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
                     )
             return None
+        return await self._arun(effect)
+
+    async def _arun(self, effect: Run) -> Any:
         backend = self._backend()
         if effect.mode is Mode.READ:
             return await backend.aread(effect.op)

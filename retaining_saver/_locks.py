@@ -7,77 +7,107 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+L = TypeVar("L", threading.Lock, asyncio.Lock)
 
 
-class _Box:
-    """Holds a lock; weakly referenced, so an idle thread's lock is collected."""
+class _Entry(Generic[L]):
+    """A lock and how many holders and waiters use it."""
 
-    __slots__ = ("__weakref__", "lock")
+    __slots__ = ("lock", "users")
 
-    def __init__(self, lock: threading.Lock | asyncio.Lock) -> None:
-        self.lock = lock
+    def __init__(self, lock: L) -> None:
+        self.lock: L = lock
+        self.users = 0
+
+
+class _Registry(Generic[L]):
+    """The locks in use, by thread id; an entry goes when its last user leaves."""
+
+    __slots__ = ("entries", "guard", "make")
+
+    def __init__(self, guard: threading.Lock, make: type[L]) -> None:
+        self.guard = guard
+        self.make: type[L] = make
+        self.entries: dict[str, _Entry[L]] = {}
+
+    def enter(self, thread_id: str) -> _Entry[L]:
+        with self.guard:
+            entry = self.entries.get(thread_id)
+            if entry is None:
+                entry = self.entries[thread_id] = _Entry(self.make())
+            entry.users += 1
+            return entry
+
+    def leave(self, thread_id: str, entry: _Entry[L]) -> None:
+        with self.guard:
+            entry.users -= 1
+            if not entry.users:
+                del self.entries[thread_id]
 
 
 class ThreadLocks:
     """A `threading.Lock` per thread id for sync callers, an `asyncio.Lock` per
     (event loop, thread id) for async ones.
 
-    Entries are weak: the registry holds only the locks in use, however many
-    threads pass through. An `asyncio.Lock` belongs to one event loop, so each
-    loop gets its own; a loop that is gone takes its locks with it.
+    The registry holds only the locks in use, however many threads pass
+    through: an entry counts its holders and waiters and goes with the last.
+    An `asyncio.Lock` belongs to one event loop, so each loop gets its own
+    registry; a loop that is gone takes its registry with it.
     """
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._sync: weakref.WeakValueDictionary[str, _Box] = weakref.WeakValueDictionary()
+        self._sync = _Registry(self._guard, threading.Lock)
         self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, _Box]
+            asyncio.AbstractEventLoop, _Registry[asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
 
     def __len__(self) -> int:
         with self._guard:
-            return len(self._sync) + sum(len(m) for m in self._async.values())
-
-    def _box(self, thread_id: str, loop: asyncio.AbstractEventLoop | None) -> _Box:
-        with self._guard:
-            if loop is None:
-                registry = self._sync
-            elif (known := self._async.get(loop)) is not None:
-                registry = known
-            else:
-                registry = self._async[loop] = weakref.WeakValueDictionary()
-            box = registry.get(thread_id)
-            if box is None:
-                box = _Box(threading.Lock() if loop is None else asyncio.Lock())
-                registry[thread_id] = box
-            return box
+            return len(self._sync.entries) + sum(len(r.entries) for r in self._async.values())
 
     @contextmanager
     def hold(self, thread_id: str) -> Iterator[None]:
         """Hold `thread_id`'s sync lock."""
-        box = self._box(thread_id, None)
-        with box.lock:  # type: ignore[union-attr]
-            yield
+        entry = self._sync.enter(thread_id)
+        try:
+            with entry.lock:
+                yield
+        finally:
+            self._sync.leave(thread_id, entry)
 
     def ahold(self, thread_id: str) -> _AsyncHold:
         """Hold `thread_id`'s lock for the running event loop (`async with`)."""
-        return _AsyncHold(self._box(thread_id, asyncio.get_running_loop()))
+        loop = asyncio.get_running_loop()
+        registry = self._async.get(loop)
+        if registry is None:
+            with self._guard:
+                registry = self._async.setdefault(loop, _Registry(self._guard, asyncio.Lock))
+        return _AsyncHold(registry, thread_id)
 
 
 class _AsyncHold:
-    """`async with` on a box's `asyncio.Lock`, keeping the box alive while held.
+    """`async with` on a thread's `asyncio.Lock`.
 
-    A plain class, not `asynccontextmanager`: every admission that may
-    reclaim passes through it.
+    A plain class, not `asynccontextmanager`: every admission passes through it.
     """
 
-    __slots__ = ("_box",)
+    __slots__ = ("_entry", "_registry", "_thread_id")
 
-    def __init__(self, box: _Box) -> None:
-        self._box = box
+    def __init__(self, registry: _Registry[asyncio.Lock], thread_id: str) -> None:
+        self._registry = registry
+        self._thread_id = thread_id
 
     async def __aenter__(self) -> None:
-        await self._box.lock.acquire()  # type: ignore[misc]
+        self._entry = entry = self._registry.enter(self._thread_id)
+        try:
+            await entry.lock.acquire()
+        except BaseException:  # cancelled while waiting: it holds nothing
+            self._registry.leave(self._thread_id, entry)
+            raise
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self._box.lock.release()
+        self._entry.lock.release()
+        self._registry.leave(self._thread_id, self._entry)

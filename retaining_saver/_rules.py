@@ -94,6 +94,7 @@ from retaining_saver._policy import LeafPredicate, RetentionPolicy
 
 __all__ = [
     "DELTA_METADATA_KEY",
+    "DURATION_MARKER",
     "MAX_STACKED_LEAVES",
     "RUN_HISTORY_KEYS",
     "BlobKey",
@@ -103,6 +104,7 @@ __all__ = [
     "LeafFacts",
     "LeafPredicate",
     "Lineage",
+    "MarkerShape",
     "NodeKey",
     "Plan",
     "Protection",
@@ -120,6 +122,7 @@ __all__ = [
     "leaf_deletion",
     "leaf_skip",
     "leaf_verdict",
+    "marker_shape",
     "may_have_marker",
     "parent_skip",
     "plan_retention",
@@ -149,7 +152,33 @@ def is_duration_marker(node: CheckpointNode) -> bool:
 
 def is_duration_metadata(metadata: Mapping[str, Any]) -> bool:
     """`is_duration_marker`, on a checkpoint's metadata alone."""
-    return metadata.get("source") == "update" and any(k in metadata for k in RUN_HISTORY_KEYS)
+    return DURATION_MARKER.matches(metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerShape:
+    """A marker rule stated as data, so that a store can test it inside a statement.
+
+    Metadata has the marker when its `source` is `source` and it has one of
+    `keys` at its top level. A backend that judges a leaf in SQL binds these
+    values, never its own copy of them; tests/test_reclaim_guard.py holds the
+    statements to `leaf_verdict`.
+    """
+
+    source: str
+    keys: tuple[str, ...]
+
+    def matches(self, metadata: Mapping[str, Any]) -> bool:
+        return metadata.get("source") == self.source and any(k in metadata for k in self.keys)
+
+
+DURATION_MARKER = MarkerShape("update", RUN_HISTORY_KEYS)
+"""The default marker: what a run-history writer stamps (see `is_duration_marker`)."""
+
+
+def marker_shape(policy: RetentionPolicy) -> MarkerShape | None:
+    """The policy's marker as data; None when an app's own predicate replaces it."""
+    return DURATION_MARKER if policy.is_reclaimable_leaf is None else None
 
 
 def may_have_marker(metadata: Mapping[str, Any], policy: RetentionPolicy) -> bool:

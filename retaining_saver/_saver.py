@@ -49,7 +49,13 @@ from retaining_saver._locks import ThreadLocks
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
 from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, ReclaimedIds
-from retaining_saver._rules import CheckpointNode, LeafPredicate, RetentionPolicy, Skip
+from retaining_saver._rules import (
+    LeafPredicate,
+    MarkerShape,
+    RetentionPolicy,
+    Skip,
+    marker_shape,
+)
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import HeadReader, OneRoundBackend
 
@@ -185,14 +191,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 stacklevel=2,
             )
         # What the cleanup flows' effects act on: the saver, its backend, the caches.
-        self.performer = Performer(inner, self.backend, self.history_caches)
+        self.performer = Performer(inner, self.backend, self.history_caches, self._fell_back)
         # Stamps this process wrote, per thread (the last one, until another root put).
         auto = self.backend is not None and admission == "auto"
         self.stamps = LeafHints(self.policy) if auto else None
-        hinting = isinstance(self.backend, OneRoundBackend) and admission == "auto"
-        hinting = hinting and self.backend is not None and self.backend.fast
-        # Stamps this process wrote, so a Postgres admission can take one unread.
-        self.hints = self.stamps if hinting else None
+        # The marker the store judges a leaf by when the admission read takes it in the
+        # same round (see `_one_round_marker`); None: read first, take second.
+        self.one_round = self._one_round_marker()
         # Per thread: held by every deletion and every write, never across user code.
         self.locks = ThreadLocks()
         # Tells a run's first read (its admission) from its later ones.
@@ -219,8 +224,26 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
             clone.backend = backend_for(clone.inner)
-            clone.performer = Performer(clone.inner, clone.backend, self.history_caches)
+            clone.performer = Performer(
+                clone.inner, clone.backend, self.history_caches, clone._fell_back
+            )
+            clone.one_round = clone._one_round_marker()
         return clone
+
+    def _one_round_marker(self) -> MarkerShape | None:
+        """The marker an admission read binds to take a leaf as it reads, where it may.
+
+        Only a `OneRoundBackend` whose internals match the audit can, under the
+        default marker (an app's own predicate is Python the store cannot run),
+        and with no history cache: a cache forgets a leaf before it goes, and
+        the leaf is known only once read.
+        """
+        backend = self.backend
+        if not isinstance(backend, OneRoundBackend) or not backend.fast:
+            return None
+        if self.admission != "auto" or self.history_caches:
+            return None
+        return marker_shape(self.policy)
 
     @property
     def cleanup_enabled(self) -> bool:
@@ -259,14 +282,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 admitted = self._noted(config, drive(flow, self.performer))
             self._record(config, admitted)
             return self._pinned_result(config, drive(self._read(config), self.performer))
-        # The admission read: only a hinted leaf or a head shaped like one takes the lock.
-        head, hinted = None, self._hinted_leaf(thread_id)
-        if hinted is None:
+        # The admission read: unless it takes a leaf as it reads, only a head shaped like
+        # one takes the lock.
+        head = None
+        if self.one_round is None:
             head = self.inner.get_tuple(config)
             if self._nothing_to_reclaim(head, config):
                 return head
         with self.locks.hold(thread_id):
-            flow = self._admission_read(thread_id, config, head, hinted)
+            flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, drive(flow, self.performer))
         return self._record(config, admitted)[1]
 
@@ -283,13 +307,13 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             self._record(config, admitted)
             found = await adrive(self._read(config), self.performer)
             return self._pinned_result(config, found)
-        head, hinted = None, self._hinted_leaf(thread_id)
-        if hinted is None:
+        head = None
+        if self.one_round is None:
             head = await self._aread_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
                 return head
         async with self.locks.ahold(thread_id):
-            flow = self._admission_read(thread_id, config, head, hinted)
+            flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[1]
 
@@ -302,11 +326,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             except Exception as error:
                 # The fast path runs on upstream internals; the saver's own read is the truth
                 # (a real database error raises there too).
-                self._fell_back("the admission read's fast path", error)
+                self._fell_back(_admission.FAST_READ, error)
         return await self.inner.aget_tuple(config)
-
-    def _hinted_leaf(self, thread_id: str) -> CheckpointNode | None:
-        return self.hints.take(thread_id) if self.hints is not None else None
 
     def _stored(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
@@ -595,16 +616,12 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     # Admission
 
     def _admission_read(
-        self,
-        thread_id: str,
-        config: RunnableConfig,
-        head: CheckpointTuple | None,
-        hinted: CheckpointNode | None,
+        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
     ) -> Flow[Admitted]:
         assert self.backend is not None  # _is_admission said so
         protected = _admission.run_selectors(config)
         flow = _admission.admit_read(
-            thread_id, config, self.backend, self.policy, protected, head, hinted
+            thread_id, config, self.backend, self.policy, protected, head, self.one_round
         )
         result, found = yield from self._failsafe(thread_id, flow, config)
         return result, (yield from self._settle(found, config))
@@ -691,11 +708,12 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
 
     def _record(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         result = admitted[0]
-        self._count("attempted")
         if result.skipped is Skip.FAILED:
-            self._count("failed")
+            self._count("attempted", "failed")
         elif result.skipped is not None:
-            self._count(f"skip:{result.skipped.value}")
+            self._count("attempted", f"skip:{result.skipped.value}")
+        else:
+            self._count("attempted")
         if not result.reclaimed:
             return admitted
         self._count("reclaimed", by=len(result.reclaimed))
@@ -759,6 +777,8 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
 def _well_formed(config: Any) -> bool:
     """Whether `config` is a mapping whose `configurable` is one: anything else goes to
     the saver untouched, which fails on it exactly as bare."""
+    if type(config) is dict and type(config.get("configurable")) is dict:
+        return True  # what LangGraph passes: no ABC check on every read
     return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
 
 

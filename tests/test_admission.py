@@ -247,7 +247,11 @@ def test_leaves_another_worker_took_first_are_not_handed_out(
         else:
             read = second.get_tuple(run_read("stack"))
             assert read is not None and read.checkpoint == run_head.checkpoint
-        assert won[0].reclaimed == (upper, lower)
+        # On Postgres the admission read took L2 as it read the head, before any round:
+        # A wins the second round, L1.
+        one_round = way == "admission-read" and second.one_round is not None
+        assert won[0].reclaimed == ((lower,) if one_round else (upper, lower))
+        assert second.counters.reclaimed == int(one_round)
         assert second.counters.skipped == {Skip.PRECONDITION_CHANGED.value: 1}
 
 

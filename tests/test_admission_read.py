@@ -154,15 +154,17 @@ def test_sqlite_head_read_runs_outside_a_transaction(request: pytest.FixtureRequ
         _same(backend.read_tuple(row), inner.get_tuple(_root("paused")))  # type: ignore[attr-defined]
 
 
-def test_sync_reads_go_through_the_saver(request: pytest.FixtureRequest) -> None:
-    """The sync saver's read has no worker-thread hop to save: the saver reads."""
+def test_sync_postgres_reads_in_one_statement_too(request: pytest.FixtureRequest) -> None:
+    """The sync saver's admission read is the one statement that takes a trailing leaf
+    as it reads the head: the saver itself does not read, and the answer is its own."""
     with open_sync("postgres", request) as inner:
         saver = RetainingSaver(inner)
         build_interrupt_graph(inner).invoke({"topic": "retention"}, thread_config("paused"))
         reads = Recorder(inner, ["get_tuple"])
-        rows = Recorder(saver.backend, ["head_row"])
+        rounds = Recorder(saver.backend, ["admit_and_read", "head_row"])
         _same(saver.get_tuple(run_read("paused")), inner.get_tuple(_root("paused")))
-        assert (reads.count("get_tuple"), rows.count("head_row")) == (2, 0)
+        assert reads.count("get_tuple") == 1  # the test's own
+        assert (rounds.count("admit_and_read"), rounds.count("head_row")) == (1, 0)
 
 
 async def test_a_pre_v4_head_is_read_through_the_saver(request: pytest.FixtureRequest) -> None:
@@ -173,10 +175,10 @@ async def test_a_pre_v4_head_is_read_through_the_saver(request: pytest.FixtureRe
         for step in range(2):
             checkpoint = {**empty_checkpoint(), "v": 1}
             config = await inner.aput(config, checkpoint, {"source": "loop", "step": step}, {})
-        rows = Recorder(saver.backend, ["head_row"])
+        rows = Recorder(saver.backend, ["admit_and_read"])
         reads = Recorder(inner, ["aget_tuple"])
         answer = await saver.aget_tuple(run_read("old"))
-        assert (rows.count("head_row"), reads.count("aget_tuple")) == (1, 1)
+        assert (rows.count("admit_and_read"), reads.count("aget_tuple")) == (1, 1)
         _same(answer, await inner.aget_tuple(_root("old")))
 
 
@@ -212,9 +214,13 @@ async def test_a_failed_build_falls_back_to_the_bare_read(
         assert not any("could not build" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_hinted_take_builds_the_head_in_place(request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("stamped", [True, False])
+async def test_a_take_builds_the_head_in_place(
+    stamped: bool, request: pytest.FixtureRequest
+) -> None:
     """After a committed take, nothing suspends the admission before it records the
-    reclaim: the head's writes are deserialized in place, not in a worker thread."""
+    reclaim: the head's writes are deserialized in place, not in a worker thread. With
+    nothing taken, they are deserialized where the saver does it, in a worker thread."""
     async with open_async("postgres", request) as inner:
         events: list[Any] = []
         saver = RetainingSaver(inner, on_reclaim=events.append)
@@ -222,12 +228,17 @@ async def test_a_hinted_take_builds_the_head_in_place(request: pytest.FixtureReq
         parent = await inner.aget_tuple(_root("p"))
         assert parent is not None and parent.pending_writes
         checkpoint, metadata = _leaf_of(parent, "run", 1.0)
-        await saver.aput(parent.config, checkpoint, metadata, {})
+        if stamped:
+            await inner.aput(parent.config, checkpoint, metadata, {})
         loaded_on = _threads_loading_writes(inner)
         answer = await saver.aget_tuple(run_read("p"))
         assert answer is not None and answer.checkpoint["id"] == parent.checkpoint["id"]
-        assert loaded_on == [threading.current_thread()]
-        assert [event.checkpoint_id for event in events] == [checkpoint["id"]]
+        if stamped:
+            assert loaded_on == [threading.current_thread()]
+            assert [event.checkpoint_id for event in events] == [checkpoint["id"]]
+        else:
+            assert len(loaded_on) == 1 and loaded_on != [threading.current_thread()]
+            assert events == []
 
 
 @pytest.mark.parametrize("mode", ["pool", "pipeline"])

@@ -321,7 +321,7 @@ def history_scenarios(draw: st.DrawFn) -> Scenario:
         draw(HISTORY_POLICIES), protect_checkpoint_ids=s.policy.protect_checkpoint_ids
     )
     nodes = dict(s.nodes)
-    if draw(st.integers(0, 5)) == 0:  # a DeltaChannel graph stamps some checkpoints
+    if nodes and draw(st.integers(0, 5)) == 0:  # a DeltaChannel graph stamps some
         key = draw(st.sampled_from(sorted(nodes)))
         delta = {**nodes[key].metadata, DELTA_METADATA_KEY: {"said": [1, 2]}}
         nodes[key] = dataclasses.replace(nodes[key], metadata=delta)

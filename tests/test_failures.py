@@ -27,20 +27,28 @@ def test_a_failed_later_round_keeps_the_rounds_already_committed(
         build_chat_graph(saver).invoke(chat_turn(0), thread_config("s"))
         leaves = [write_duration_leaf(inner, "s", f"r{i}") for i in range(3)]
         assert saver.backend is not None
-        take, rounds = saver.backend.reclaim_leaf, []
-
-        def second_round_fails(*args: Any, **kwargs: Any) -> Any:
-            rounds.append(1)
-            if len(rounds) == 2:
-                raise OSError("connection lost")
-            return take(*args, **kwargs)
-
-        saver.backend.reclaim_leaf = second_round_fails  # type: ignore[method-assign]
+        rounds: list[str] = []
+        # A round is a take: Postgres's first is the admission read itself.
+        for name in ("reclaim_leaf", "admit_and_read"):
+            if hasattr(saver.backend, name):
+                setattr(saver.backend, name, _second_round_fails(saver.backend, name, rounds))
         answer = saver.get_tuple(run_read("s"))
         assert integrity(saver, "s").clean
     assert answer is not None and answer.checkpoint["id"] == leaves[1]
     assert saver.counters.reclaimed == 1 and saver.counters.failed == 1
     assert [e.checkpoint_id for e in events] == [leaves[2]]
+
+
+def _second_round_fails(backend: Any, name: str, rounds: list[str]) -> Any:
+    take = getattr(backend, name)
+
+    def round_(*args: Any, **kwargs: Any) -> Any:
+        rounds.append(name)
+        if len(rounds) == 2:
+            raise OSError("connection lost")
+        return take(*args, **kwargs)
+
+    return round_
 
 
 class _FailingCache:

@@ -25,8 +25,12 @@ def _drifted(*args: Any, **kwargs: Any) -> Any:
     raise KeyError("channel_values")  # as a renamed column or helper would fail
 
 
-@pytest.mark.parametrize("broken", ["head_row", "read_tuple"])
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+# Postgres reads the head in the statement that takes a leaf (`admit_and_read`): a failed
+# statement is a failed cleanup; what rests on upstream internals is building its row.
+@pytest.mark.parametrize(
+    ("kind", "broken"),
+    [("sqlite", "head_row"), ("sqlite", "read_tuple"), ("postgres", "read_tuple")],
+)
 async def test_a_broken_fast_path_falls_back_to_the_saver(
     kind: str, broken: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -54,9 +58,10 @@ async def test_a_stamped_thread_still_reclaims_after_a_fallback(
         saver = RetainingSaver(inner)
         graph = chat_graph(saver)
         await graph.ainvoke(turn(0), thread(THREAD))
-        await awrite_duration_leaf(inner, THREAD)  # from another process: no hint
+        await awrite_duration_leaf(inner, THREAD)  # from another process
         assert saver.backend is not None
-        saver.backend.head_row = _drifted  # type: ignore[method-assign]
+        broken = "head_row" if kind == "sqlite" else "read_tuple"
+        setattr(saver.backend, broken, _drifted)
         await graph.ainvoke(turn(1), thread(THREAD))
         state = await graph.aget_state(thread(THREAD))
     assert saver.counters.reclaimed == 1

@@ -9,8 +9,10 @@ without its marker, or with other state) or its parent under the same id,
 re-parent the leaf, or delete it. For
 any set of such changes: with none, the leaf is taken; with any that breaks a
 precondition, nothing is; and whatever is taken, the rules accept on the facts
-the backend judged. Postgres's take that reads the head as it goes answers,
-taken or not, what the saver's own read answers just after it.
+the backend judged. Postgres's admission read, which judges the head in the
+statement that takes it, takes exactly what `leaf_verdict` accepts on the rows
+as they are, and answers, taken or not, what the saver's own read answers
+just after it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from savers import KINDS, open_sync
 
 from retaining_saver import RetainingSaver, _rules
 from retaining_saver._admission import node_of
-from retaining_saver.backends._base import Backend
+from retaining_saver.backends._base import Backend, OneRoundBackend
 from retaining_saver.testing import write_duration_leaf
 
 Mutation = Callable[[BaseCheckpointSaver[Any], Backend, CheckpointTuple, CheckpointTuple], None]
@@ -166,21 +168,33 @@ def _take(
             verdict = _rules.leaf_verdict(answer, saver.policy, frozenset())
             assert isinstance(verdict, _rules.Deletion)
         return isinstance(answer, _rules.LeafFacts)
-    taken, row = backend.run_each(backend.reclaim_and_read(thread_id, proven))
-    head = backend.read_tuple(row)
+    # The one-round read judges the head itself: it takes exactly what the rules would,
+    # judged on the rows as they are now.
+    head = backend.read(backend.head_node(thread_id, ""))
+    assert head is not None
+    facts = backend.read(backend.leaf_facts(thread_id, "", head.checkpoint_id, head.parent_id))
+    verdict = _rules.leaf_verdict(facts, saver.policy, frozenset())
+    marker = _rules.DURATION_MARKER
+    assert isinstance(backend, OneRoundBackend)
+    taken, row = backend.run_each(
+        backend.admit_and_read(thread_id, "", marker, frozenset(), "guard-token")
+    )
+    assert (taken is not None) == isinstance(verdict, _rules.Deletion), (taken, verdict)
+    assert taken is None or taken == head.checkpoint_id
+    built = backend.read_tuple(row)
     bare = saver.inner.get_tuple(root)
-    assert head is not None and bare is not None
-    assert (head.config, head.checkpoint, head.metadata) == (
+    assert built is not None and bare is not None
+    assert (built.config, built.checkpoint, built.metadata) == (
         bare.config,
         bare.checkpoint,
         bare.metadata,
     )
-    assert (head.parent_config, head.pending_writes) == (bare.parent_config, bare.pending_writes)
-    return bool(taken)
+    assert (built.parent_config, built.pending_writes) == (bare.parent_config, bare.pending_writes)
+    return taken == proven.checkpoint_id
 
 
-# `reclaim_and_read` is Postgres's alone (a `OneRoundBackend`).
-WAYS = [(kind, "reclaim_leaf") for kind in KINDS] + [("postgres", "reclaim_and_read")]
+# `admit_and_read` is Postgres's alone (a `OneRoundBackend`).
+WAYS = [(kind, "reclaim_leaf") for kind in KINDS] + [("postgres", "admit_and_read")]
 
 
 @pytest.mark.parametrize(("kind", "via"), WAYS)

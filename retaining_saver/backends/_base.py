@@ -27,6 +27,7 @@ from retaining_saver._rules import (
     Graft,
     LeafFacts,
     Lineage,
+    MarkerShape,
     Plan,
     Root,
     Skip,
@@ -395,19 +396,32 @@ class HeadReader(Backend):
 
 
 class OneRoundBackend(HeadReader):
-    """A backend that can take a leaf known before the read in that read.
+    """A backend whose admission read takes the trailing leaf, if any, as it reads the head.
 
-    For a leaf known before the read (see `_hints`): the admission read then
-    costs one round instead of a read and a take.
+    The rules' marker is bound as data (`MarkerShape`), so the store judges the
+    leaf inside the statement that reads the head: an admission that reclaims
+    costs one round trip, like the read it replaces.
     """
 
     @abstractmethod
-    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
-        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one round.
+    def admit_and_read(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        marker: MarkerShape,
+        protected: frozenset[str],
+        token: str,
+    ) -> Op[tuple[str | None, Any]]:
+        """Take the namespace's newest checkpoint if `leaf_verdict` would, and read the head.
 
-        Answers whether the leaf was taken, and the row of the newest
-        checkpoint then, as the saver reads it (None if none), for `read_tuple`.
+        Answers the id taken (None if nothing was) and the row of the newest
+        checkpoint after it, as the saver reads it, for `read_tuple` (None for
+        an empty namespace). The reclaim record of a take names `token`.
         """
+
+    @abstractmethod
+    def taken_by(self, thread_id: str, checkpoint_ns: str, token: str) -> Op[str | None]:
+        """The id an `admit_and_read` with `token` took, if its statement committed; a read."""
 
 
 def tuple_configs(

@@ -34,6 +34,7 @@ only when the row holds some, as the hop is a sizable share of a whole read.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,6 +57,7 @@ from retaining_saver._rules import (
     Graft,
     LeafFacts,
     Lineage,
+    MarkerShape,
     Root,
     Skip,
 )
@@ -124,19 +126,51 @@ _LEAF_AS_JUDGED = """
         AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
         AND c.metadata = %(metadata)s"""
 
-# Take one trailing leaf, guarded, inside a statement. `parent` reads the
-# parent's row once; `taken` deletes the leaf only if every precondition of
-# the `Deletion` holds: the leaf row is as judged, the parent holds the same
-# versions, the leaf owns no writes and has no child, and it is the newest
-# with its parent next. Every subquery names its rows by bound id: one index
-# probe each, whatever the thread's length. The guards sit in the DELETE
-# itself, and the answers below carry no more facts than `untaken_skip`
-# needs: each plan node costs executor time on every run.
-#
-# Both statements below set `synchronous_commit` off for themselves alone:
-# losing the delete in a crash leaves the leaf, a valid state, and since the
-# WAL is one sequence, the next durable commit (the run's own next
-# checkpoint) makes it durable.
+# What every take does with the leaf it deleted, in its own statement: record
+# that its id now names its parent (the clone), with the admission that took
+# it (`taken_by`, so that a take whose reply was lost can be told).
+_RECORD_TAKEN = """
+), recorded AS (
+    INSERT INTO retaining_saver_reclaimed AS r
+        (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at, taken_by)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, checkpoint_id, parent_checkpoint_id, now(),
+        %(taken_by)s
+    FROM taken
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
+        SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at,
+            taken_by = EXCLUDED.taken_by
+"""
+
+# After a take, drop the thread's records older than the TTL, found by the age
+# index: the cost grows with how many expired, never with how many are kept.
+# A read of a record checks its age itself, so this only bounds the table.
+_EXPIRE_RECORDS = """
+), expired AS (
+    DELETE FROM retaining_saver_reclaimed AS r
+    WHERE r.thread_id = %(thread_id)s
+        AND r.reclaimed_at < now() - make_interval(secs => %(ttl_seconds)s)
+        AND EXISTS (SELECT 1 FROM taken)
+"""
+
+EXPIRE_EVERY = 16
+"""One admission read in this many also expires old reclaim records (every other take
+does, every time): the expiry is a statement node the common read would pay for."""
+
+# A take sets `synchronous_commit` off for its own statement alone, and only
+# when it took something: losing the delete in a crash leaves the leaf, a
+# valid state, and since the WAL is one sequence, the next durable commit
+# (the run's own next checkpoint) makes it durable.
+_COMMIT_MODE = """CASE WHEN EXISTS (SELECT 1 FROM taken)
+        THEN set_config('synchronous_commit', 'off', true) END AS commit_mode"""
+
+# Take one trailing leaf the rules judged, guarded, inside a statement.
+# `parent` reads the parent's row once; `taken` deletes the leaf only if
+# every precondition of the `Deletion` holds: the leaf row is as judged, the
+# parent holds the same versions, the leaf owns no writes and has no child,
+# and it is the newest with its parent next. Every subquery names its rows by
+# bound id: one index probe each, whatever the thread's length. The guards
+# sit in the DELETE itself, and the answers below carry no more facts than
+# `untaken_skip` needs: each plan node costs executor time on every run.
 _TAKE_LEAF_CTES = (
     """
 WITH parent AS (
@@ -167,19 +201,10 @@ WITH parent AS (
             WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
             ORDER BY n.checkpoint_id DESC LIMIT 2
         ) = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
-    RETURNING c.checkpoint_id
-), recorded AS (
-    INSERT INTO retaining_saver_reclaimed AS r
-        (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, checkpoint_id, %(parent_id)s, now() FROM taken
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-        DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at
-), expired AS (
-    DELETE FROM retaining_saver_reclaimed AS r
-    WHERE r.thread_id = %(thread_id)s AND r.reclaimed_at < now() - %(reclaimed_ttl)s::interval
-        AND EXISTS (SELECT 1 FROM taken)
-)
-"""
+    RETURNING c.checkpoint_id, c.parent_checkpoint_id"""
+    + _RECORD_TAKEN
+    + _EXPIRE_RECORDS
+    + ")"
 )
 
 # The take, answering one row: whether it took the leaf; if not, whether the
@@ -192,8 +217,10 @@ SELECT t.taken, t.taken OR EXISTS (SELECT 1 FROM checkpoints AS c WHERE"""
     + _LEAF_AS_JUDGED
     + """
     ) AS leaf_as_judged,
-    set_config('synchronous_commit', 'off', true) AS commit_mode, p.*
-FROM (SELECT EXISTS (SELECT 1 FROM taken) AS taken) AS t
+    t.commit_mode, p.*
+FROM (SELECT EXISTS (SELECT 1 FROM taken) AS taken, """
+    + _COMMIT_MODE
+    + """) AS t
 LEFT JOIN LATERAL ({parent}) AS p ON true
 """
 )
@@ -221,27 +248,83 @@ RECLAIM_LEAF_SQL = _RECLAIM_LEAF_SQL.format(
     FROM parent"""
 )
 
-
-# The take, answering what the saver's own unpinned read would answer right
-# after it: the newest checkpoint but the leaf if it was taken, selected by
-# the saver's own `SELECT_SQL`.
-RECLAIM_AND_READ_SQL = (
-    _TAKE_LEAF_CTES
+# The admission read in one round trip: take the namespace's newest
+# checkpoint if `leaf_verdict` would (under the marker `MarkerShape` binds:
+# `marker_source`, `marker_keys`), and answer what the saver's own unpinned
+# read answers right after, selected by its own `SELECT_SQL`. `leaf` is the
+# head if it has the marker and is not protected; `taken` deletes it only if
+# its row still has the marker, its parent `p` holds the same versions and is
+# the next newest, and it owns no writes and has no child. The conditions on
+# `c` are re-checked on the row as it is when the DELETE locks it. `leaf` is
+# a scalar subquery, so that every plan finds the head first and `c` by its
+# primary key: a head without the marker ends there, and that read costs one
+# index probe more than the saver's own.
+_ADMIT_AND_READ_SQL = (
+    """
+WITH leaf AS (
+    SELECT h.checkpoint_id
+    FROM (
+        SELECT checkpoint_id, metadata FROM checkpoints
+        WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+        ORDER BY checkpoint_id DESC LIMIT 1
+    ) AS h
+    WHERE h.metadata ->> 'source' = %(marker_source)s
+        AND h.metadata ?| %(marker_keys)s::text[]
+        AND h.checkpoint_id <> ALL(%(protected)s::text[])
+), taken AS (
+    DELETE FROM checkpoints AS c
+    USING checkpoints AS p
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+        AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf)
+        AND p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
+        AND p.checkpoint_id = c.parent_checkpoint_id
+        AND c.metadata ->> 'source' = %(marker_source)s
+        AND c.metadata ?| %(marker_keys)s::text[]
+        AND c.checkpoint -> 'channel_versions' = p.checkpoint -> 'channel_versions'
+        AND c.checkpoint -> 'versions_seen' = p.checkpoint -> 'versions_seen'
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoint_writes AS w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+                AND w.checkpoint_id = c.checkpoint_id
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS k
+            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
+                AND k.parent_checkpoint_id = c.checkpoint_id
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS n
+            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
+                AND n.checkpoint_id > p.checkpoint_id AND n.checkpoint_id <> c.checkpoint_id
+        )
+    RETURNING c.checkpoint_id, c.parent_checkpoint_id"""
+    + _RECORD_TAKEN
+    + "{expire})"
     + """
-SELECT head.*, t.taken, t.commit_mode
-FROM (
-    SELECT EXISTS (SELECT 1 FROM taken) AS taken,
-        set_config('synchronous_commit', 'off', true) AS commit_mode
-) AS t
+SELECT head.*, t.taken_id, t.commit_mode
+FROM (SELECT (SELECT checkpoint_id FROM taken) AS taken_id, """
+    + _COMMIT_MODE
+    + """) AS t
 LEFT JOIN LATERAL ("""
     + BasePostgresSaver.SELECT_SQL
     + """
     WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-        AND (NOT t.taken OR checkpoint_id <> %(leaf_id)s)
+        AND checkpoint_id IS DISTINCT FROM t.taken_id
     ORDER BY checkpoint_id DESC LIMIT 1
 ) AS head ON true
 """
 )
+
+ADMIT_AND_READ_SQL = _ADMIT_AND_READ_SQL.replace("{expire}", "")
+
+ADMIT_EXPIRE_AND_READ_SQL = _ADMIT_AND_READ_SQL.replace("{expire}", _EXPIRE_RECORDS)
+
+# After an admission read that raised: the leaf it took, if its statement
+# committed all the same (a lost reply).
+SELECT_TAKEN_BY_SQL = """
+SELECT checkpoint_id, clone_id FROM retaining_saver_reclaimed
+WHERE thread_id = %s AND checkpoint_ns = %s AND taken_by = %s
+"""
 
 # The saver's own unpinned read, to the letter, so that its prepared statement serves both.
 SELECT_HEAD_ROW_SQL = (
@@ -268,8 +351,11 @@ BEGIN
         checkpoint_id TEXT NOT NULL,
         clone_id TEXT NOT NULL,
         reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        taken_by TEXT,
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
     );
+    CREATE INDEX IF NOT EXISTS retaining_saver_reclaimed_age_idx
+        ON retaining_saver_reclaimed (thread_id, reclaimed_at);
 EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
 END
 $$
@@ -279,7 +365,8 @@ UPSERT_RECLAIMED_SQL = """
 INSERT INTO retaining_saver_reclaimed (thread_id, checkpoint_ns, checkpoint_id, clone_id)
 VALUES (%s, %s, %s, %s)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-    DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at
+    DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at,
+        taken_by = NULL
 """
 
 DELETE_EXPIRED_RECLAIMED_SQL = """
@@ -429,12 +516,12 @@ class Statement:
 
 def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
     cur.execute(statement.sql, statement.params)
-    return [dict(row) for row in cur.fetchall()] if statement.fetch else []
+    return cur.fetchall() if statement.fetch else []
 
 
 async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
     await cur.execute(statement.sql, statement.params)
-    return [dict(row) for row in await cur.fetchall()] if statement.fetch else []
+    return await cur.fetchall() if statement.fetch else []
 
 
 def _node(row: Row, write_count: int) -> CheckpointNode:
@@ -496,8 +583,16 @@ def _take_params(thread_id: str, leaf: CheckpointNode, ttl: timedelta) -> dict[s
         "channel_versions": Jsonb(dict(leaf.channel_versions)),
         "versions_seen": Jsonb(dict(leaf.versions_seen)),
         "metadata": Jsonb(dict(leaf.metadata)),
-        "reclaimed_ttl": ttl,
+        "ttl_seconds": ttl.total_seconds(),
+        "taken_by": None,
     }
+
+
+@functools.lru_cache(maxsize=64)
+def _text_array(values: tuple[str, ...]) -> str:
+    """`values` as a Postgres `text[]` literal, to bind as text and cast in the statement."""
+    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
 def _blob_key(key: BlobKey) -> BlobKey:
@@ -518,6 +613,8 @@ class PostgresBackend(OneRoundBackend):
     # Drivers
 
     reclaimed_table_ready = False
+    # Admission reads so far, to expire old reclaim records in one of `EXPIRE_EVERY`.
+    admissions = 0
 
     def permission_problem(self, error: BaseException) -> str | None:
         """SQLSTATE 42501 (insufficient_privilege): the driver's first line names it."""
@@ -551,8 +648,10 @@ class PostgresBackend(OneRoundBackend):
 
     def _ready(self, op: Op[T]) -> Op[T]:
         """`op`, preceded on this backend's first write by the reclaim records' table."""
-        if not self.reclaimed_table_ready:
-            yield Statement(CREATE_RECLAIMED_TABLE_SQL)
+        return op if self.reclaimed_table_ready else self._creating_table(op)
+
+    def _creating_table(self, op: Op[T]) -> Op[T]:
+        yield Statement(CREATE_RECLAIMED_TABLE_SQL)
         result = yield from op
         self.reclaimed_table_ready = True
         return result
@@ -662,16 +761,38 @@ class PostgresBackend(OneRoundBackend):
         rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns), fetch=True)
         return rows[0] if rows else None
 
-    def reclaim_and_read(self, thread_id: str, leaf: CheckpointNode) -> Op[tuple[bool, Any]]:
-        """Take `leaf` as `reclaim_leaf` does and read the head after it, in one statement.
-
-        The read is the saver's own `SELECT_SQL` of the newest checkpoint but
-        the leaf if it went; its row is None for an empty namespace.
-        """
-        params = _take_params(thread_id, leaf, self.reclaimed_ttl)
-        rows = yield Statement(RECLAIM_AND_READ_SQL, params, fetch=True)
+    def admit_and_read(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        marker: MarkerShape,
+        protected: frozenset[str],
+        token: str,
+    ) -> Op[tuple[str | None, Any]]:
+        """Take the namespace's trailing leaf if there is one, and read the head after it,
+        in one statement (`ADMIT_AND_READ_SQL`)."""
+        # Every value is bound as text or a number (arrays as their text form): psycopg
+        # dumps those for less than lists or intervals, and this runs on every admission.
+        params = {
+            "thread_id": str(thread_id),
+            "checkpoint_ns": checkpoint_ns,
+            "marker_source": marker.source,
+            "marker_keys": _text_array(marker.keys),
+            "protected": _text_array(tuple(sorted(protected))),
+            "ttl_seconds": self.reclaimed_ttl.total_seconds(),
+            "taken_by": token,
+        }
+        self.admissions += 1
+        expiring = self.admissions % EXPIRE_EVERY == 0
+        sql = ADMIT_EXPIRE_AND_READ_SQL if expiring else ADMIT_AND_READ_SQL
+        rows = yield Statement(sql, params, fetch=True)
         row = rows[0]
-        return bool(row["taken"]), None if row["checkpoint_id"] is None else row
+        taken: str | None = row["taken_id"]
+        return taken, None if row["checkpoint_id"] is None else row
+
+    def taken_by(self, thread_id: str, checkpoint_ns: str, token: str) -> Op[str | None]:
+        rows = yield Statement(SELECT_TAKEN_BY_SQL, (str(thread_id), checkpoint_ns, token), True)
+        return str(rows[0]["checkpoint_id"]) if rows else None
 
     def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
         """`_load_writes` of the row's writes, if any: the async saver runs it in a worker
