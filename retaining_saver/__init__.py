@@ -1,5 +1,6 @@
 """Lineage-safe checkpoint retention for LangGraph savers."""
 
+from retaining_saver._accounting import AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult
 from retaining_saver._caches import DeltaHistoryCache, HistoryCache
 from retaining_saver._engine import RetentionReport
@@ -17,7 +18,7 @@ from retaining_saver._rules import (
     Skip,
     is_duration_marker,
 )
-from retaining_saver._saver import AdmissionCounters, ReclaimEvent, RetainingSaver
+from retaining_saver._saver import RetainingSaver
 from retaining_saver.backends._base import StorageStats, TableStats
 
 __all__ = [

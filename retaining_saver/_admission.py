@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -31,13 +29,13 @@ from retaining_saver import _rules
 from retaining_saver._effects import (
     FellBack,
     Flow,
-    History,
     Invalidate,
     Lookup,
     Mode,
     Offload,
     Run,
 )
+from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, RetentionPolicy, Skip
 from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
 
@@ -402,19 +400,10 @@ class RunTracker:
     """
 
     def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._seen: OrderedDict[int, Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._seen: BoundedLru[int, Any] = BoundedLru(size)
 
     def first_read(self, runtime: Any) -> bool:
-        key = id(runtime)
-        with self._lock:
-            if self._seen.get(key) is runtime:
-                return False
-            self._seen[key] = runtime
-            if len(self._seen) > self._size:
-                self._seen.popitem(last=False)
-            return True
+        return self._seen.put(id(runtime), runtime) is not runtime
 
 
 def head_skip(
@@ -450,59 +439,3 @@ def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
 def is_pinned(config: RunnableConfig) -> bool:
     """Whether `config` names a `checkpoint_id`."""
     return bool(config.get("configurable", {}).get("checkpoint_id"))
-
-
-def could_vanish(found: CheckpointTuple, policy: RetentionPolicy) -> bool:
-    """Whether another worker's admission could reclaim `found` under its reader."""
-    return head_skip(found, policy, {}) is None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadTarget:
-    """What the delta-history reads after an unpinned read need of its result: where it
-    was and its parent (never the state itself, which may be large)."""
-
-    config: RunnableConfig
-    parent_config: RunnableConfig | None
-
-
-def still_there(config: RunnableConfig, backend: Backend) -> Flow[bool]:
-    """Whether the checkpoint `config` names still exists: one probe by primary key, a read."""
-    configurable = config["configurable"]
-    thread_id, checkpoint_id = str(configurable["thread_id"]), configurable["checkpoint_id"]
-    op = backend.load_nodes(thread_id, configurable.get("checkpoint_ns", ""), [checkpoint_id])
-    still: dict[str, CheckpointNode] = yield Run(op, Mode.READ)
-    return checkpoint_id in still
-
-
-def vanished_history(
-    answer: Mapping[str, Any],
-    target: ReadTarget,
-    channels: Sequence[str],
-    backend: Backend,
-) -> Flow[Mapping[str, Any]]:
-    """Delta history for `target`, an unpinned read's result, even if it was reclaimed since.
-
-    A reclaimed target cloned its parent, so its history is its parent's own
-    pending writes on top of the parent's history, seeded at the parent when
-    the parent stores the value: what the walk from the target would have
-    collected. Any non-empty answer, or a target still present, stands.
-    """
-    if any(entry.get("writes") or "seed" in entry for entry in answer.values()):
-        return answer
-    if target.parent_config is None or (yield from still_there(target.config, backend)):
-        return answer
-    parent: CheckpointTuple | None = yield Lookup(target.parent_config)
-    if parent is None:
-        return answer
-    below: Mapping[str, Any] = yield History(target.parent_config, channels)
-    rebuilt: dict[str, Any] = {}
-    for channel in channels:
-        own = [w for w in parent.pending_writes or () if w[1] == channel]
-        if channel in parent.checkpoint["channel_values"]:
-            rebuilt[channel] = {"writes": own, "seed": parent.checkpoint["channel_values"][channel]}
-            continue
-        entry = dict(below.get(channel, {"writes": []}))
-        entry["writes"] = [*entry.get("writes", []), *own]
-        rebuilt[channel] = entry
-    return rebuilt

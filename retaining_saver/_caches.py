@@ -7,8 +7,6 @@ on every cache it knows first, and deletes nothing if that fails.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +15,7 @@ from langgraph.checkpoint.base import DeltaChannelHistory
 
 from retaining_saver._effects import Flow, History
 from retaining_saver._history_cache import HistoryCache
+from retaining_saver._lru import BoundedLru
 
 __all__ = ["DeltaHistoryCache", "HistoryCache", "cached_history"]
 
@@ -45,8 +44,7 @@ class DeltaHistoryCache:
         self.maxsize = maxsize
         self.hits = 0
         self.misses = 0
-        self._entries: OrderedDict[CacheKey, DeltaChannelHistory] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: BoundedLru[CacheKey, DeltaChannelHistory] = BoundedLru(maxsize)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -54,29 +52,25 @@ class DeltaHistoryCache:
     def lookup(self, keys: Iterable[CacheKey]) -> dict[str, DeltaChannelHistory]:
         """The cached entries among `keys`, by channel."""
         found: dict[str, DeltaChannelHistory] = {}
-        with self._lock:
-            for key in keys:
-                entry = self._entries.get(key)
-                if entry is None:
-                    self.misses += 1
-                    continue
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+            else:
                 self.hits += 1
-                self._entries.move_to_end(key)
                 found[key[3]] = entry
         return found
 
     def store(self, prefix: tuple[str, str, str], entries: Mapping[str, Any]) -> None:
         """Remember `entries` (by channel) for checkpoint `prefix`."""
-        with self._lock:
-            for channel, entry in entries.items():
-                self._entries[(*prefix, channel)] = entry
-                self._entries.move_to_end((*prefix, channel))
-            while len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
+        for channel, entry in entries.items():
+            self._entries.put((*prefix, channel), entry)
 
     def invalidate(self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]) -> None:
         ids = set(checkpoint_ids)
-        self._drop(lambda k: k[0] == thread_id and k[1] == checkpoint_ns and k[2] in ids)
+        self._entries.drop_where(
+            lambda k: k[0] == thread_id and k[1] == checkpoint_ns and k[2] in ids
+        )
 
     async def ainvalidate(
         self, thread_id: str, checkpoint_ns: str, checkpoint_ids: Sequence[str]
@@ -84,15 +78,10 @@ class DeltaHistoryCache:
         self.invalidate(thread_id, checkpoint_ns, checkpoint_ids)
 
     def purge(self, thread_id: str | None) -> None:
-        self._drop(lambda k: thread_id is None or k[0] == thread_id)
+        self._entries.drop_where(lambda k: thread_id is None or k[0] == thread_id)
 
     async def apurge(self, thread_id: str | None) -> None:
         self.purge(thread_id)
-
-    def _drop(self, doomed: Any) -> None:
-        with self._lock:
-            for key in [k for k in self._entries if doomed(k)]:
-                del self._entries[key]
 
 
 def cached_history(

@@ -7,7 +7,7 @@ Plain values with no behaviour beyond navigation; the decisions live in
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -56,6 +56,8 @@ class CheckpointNode:
         write_count: How many writes rows it owns (empty entries count 0).
         metadata: Its stored metadata (Postgres drops the `writes` key).
         ts: Its ISO-8601 timestamp.
+        stored: The channels whose value is stored at it (not rebuilt from
+            ancestors' writes); None where not loaded, taken as none.
     """
 
     checkpoint_ns: str
@@ -66,6 +68,7 @@ class CheckpointNode:
     write_count: int
     metadata: Mapping[str, Any]
     ts: str
+    stored: frozenset[str] | None = None
 
 
 NodeKey = tuple[str, str]
@@ -145,13 +148,27 @@ class Root:
     reason: Reason = Reason.BEYOND_HORIZON
 
 
+@dataclass(frozen=True, slots=True)
+class Materialise:
+    """Store the values of `channels` whole at `checkpoint_id`, before its ancestors go.
+
+    Each is a DeltaChannel whose value at the checkpoint is rebuilt from its
+    ancestors' writes; stored there (under the version it already has), reads
+    of it and of its descendants stop there and need no ancestor.
+    """
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    channels: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one retention pass over a thread does.
 
     `deletions` are ordered so that a checkpoint comes after all its children.
-    `grafts`, then `roots`, run before them. `freed_blobs` are the blob keys
-    that only deleted checkpoints referenced.
+    `materialise`, then `grafts`, then `roots`, run before them. `freed_blobs`
+    are the blob keys that only deleted checkpoints referenced.
     """
 
     deletions: tuple[Deletion, ...] = ()
@@ -161,6 +178,7 @@ class Plan:
     heads: Mapping[str, str] = field(default_factory=dict)
     freed_blobs: tuple[BlobKey, ...] = ()
     roots: tuple[Root, ...] = ()
+    materialise: tuple[Materialise, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -177,6 +195,11 @@ class Lineage:
     @classmethod
     def of(cls, thread_id: str, nodes: Iterable[CheckpointNode]) -> Lineage:
         return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes})
+
+    def with_stored(self, stored: Mapping[NodeKey, frozenset[str]]) -> Lineage:
+        """This lineage, each node knowing which channels are stored at it."""
+        nodes = {k: replace(n, stored=stored.get(k, frozenset())) for k, n in self.nodes.items()}
+        return Lineage(self.thread_id, nodes)
 
     def children(self) -> dict[NodeKey, list[NodeKey]]:
         found: dict[NodeKey, list[NodeKey]] = {}

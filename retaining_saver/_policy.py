@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._lineage import CheckpointNode
@@ -48,6 +49,16 @@ class RetentionPolicy:
         history_min_age: The TTL of both history rules: no checkpoint younger
             than this is deleted or re-parented. Required by either rule.
         keep_step: With `compact_steps`, super-steps it answers True for stay.
+        keep_latest: Every namespace keeps only its latest checkpoint, whatever
+            its age, with the protections, as `prune(strategy="keep_latest")`
+            means upstream (which sets it). A history rule: `history_min_age`
+            is required.
+        delta_graph: The compiled graph whose threads the pass visits. With it,
+            a DeltaChannel's value is stored whole (materialised) at a
+            checkpoint the history rules make a root, so that its ancestors
+            can go; without it, they stay back to the channel's last stored
+            value. Only the graph knows the channel's reducer: give it only
+            for threads of that graph.
 
     Raises:
         ValueError: If `max_delete_per_run`, `history_keep_runs`,
@@ -68,11 +79,16 @@ class RetentionPolicy:
     compact_steps: bool = False
     history_min_age: timedelta | None = None
     keep_step: StepPredicate | None = None
+    keep_latest: bool = False
+    delta_graph: Any = None
+    materializable: frozenset[str] = field(init=False, default=frozenset())
+    """The root namespace's DeltaChannels `delta_graph` declares: whose values a pass may
+    materialise."""
 
     @property
     def history_rules(self) -> bool:
-        """Whether the horizon or step compaction is on."""
-        return self.history_keep_runs is not None or self.compact_steps
+        """Whether the horizon, step compaction or keep_latest is on."""
+        return self.history_keep_runs is not None or self.compact_steps or self.keep_latest
 
     def __post_init__(self) -> None:
         for name in (
@@ -80,6 +96,7 @@ class RetentionPolicy:
             "prune_leaf_sibling_branches",
             "graft_duration_links",
             "compact_steps",
+            "keep_latest",
         ):
             validate.flag(name, getattr(self, name))
         validate.count("max_delete_per_run", self.max_delete_per_run, optional=True)
@@ -88,6 +105,7 @@ class RetentionPolicy:
         object.__setattr__(self, "protect_checkpoint_ids", ids)
         validate.optional_callable("is_reclaimable_leaf", self.is_reclaimable_leaf)
         self._check_history_rules()
+        object.__setattr__(self, "materializable", _delta_channels_of(self.delta_graph))
 
     def _check_history_rules(self) -> None:
         validate.count("history_keep_runs", self.history_keep_runs, optional=True)
@@ -96,6 +114,7 @@ class RetentionPolicy:
         for name, on in (
             ("history_keep_runs", self.history_keep_runs is not None),
             ("compact_steps", self.compact_steps),
+            ("keep_latest", self.keep_latest),
         ):
             validate.require(
                 not on or self.history_min_age is not None,
@@ -107,3 +126,17 @@ class RetentionPolicy:
             ValueError,
             "keep_step only applies to step compaction: set compact_steps=True",
         )
+
+
+def _delta_channels_of(graph: Any) -> frozenset[str]:
+    """The names of the DeltaChannels `graph` declares (none without a graph)."""
+    if graph is None:
+        return frozenset()
+    channels = getattr(graph, "channels", None)
+    if not isinstance(channels, Mapping):
+        raise TypeError(
+            f"delta_graph must be a compiled LangGraph graph (with .channels), got {graph!r}"
+        )
+    from langgraph.channels import DeltaChannel
+
+    return frozenset(name for name, spec in channels.items() if isinstance(spec, DeltaChannel))

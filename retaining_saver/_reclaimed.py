@@ -19,10 +19,10 @@ entries of fixed size, which its writes consult under the per-thread lock.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from datetime import timedelta
+
+from retaining_saver._lru import BoundedLru
 
 RECLAIMED_ID_TTL = timedelta(days=30)
 """How long a reclaimed id resolves to its clone, by default."""
@@ -43,22 +43,15 @@ class ReclaimedIds:
 
     def __init__(self, ttl: timedelta = RECLAIMED_ID_TTL, size: int = 16_384) -> None:
         self._ttl = ttl.total_seconds()
-        self._size = size
-        self._clones: OrderedDict[Key, tuple[str, float]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._clones: BoundedLru[Key, tuple[str, float]] = BoundedLru(size)
 
     def note(self, key: Key, clone_id: str) -> None:
         """Remember that `key`'s checkpoint was reclaimed as a duplicate of `clone_id`."""
-        with self._lock:
-            self._clones[key] = (clone_id, time.monotonic())
-            self._clones.move_to_end(key)
-            while len(self._clones) > self._size:
-                self._clones.popitem(last=False)
+        self._clones.put(key, (clone_id, time.monotonic()))
 
     def clone_of(self, key: Key) -> str | None:
         """The clone `key` names, if this process reclaimed it within `ttl`."""
-        with self._lock:
-            found = self._clones.get(key)
+        found = self._clones.get(key)
         if found is None or time.monotonic() - found[1] > self._ttl:
             return None
         return found[0]
@@ -76,6 +69,4 @@ class ReclaimedIds:
 
     def forget_thread(self, thread_id: str) -> None:
         """Forget every reclaim of `thread_id` (its checkpoints were all deleted)."""
-        with self._lock:
-            for key in [k for k in self._clones if k[0] == thread_id]:
-                del self._clones[key]
+        self._clones.drop_where(lambda key: key[0] == thread_id)

@@ -1,36 +1,32 @@
 """`RetainingSaver`: a drop-in checkpointer that reclaims provably redundant checkpoints.
 
-This module owns what happens *around* the wrapped saver's calls, and nothing
+This module owns what happens *around* the wrapped saver's reads, and nothing
 of what may be deleted (that is `_rules`) or how a store deletes it (that is
 `backends`):
 
-- reads: which read is a run's admission (`_admission`), the failsafe around
-  cleanup, the re-read of an unpinned head that vanished while it hydrated,
-  and the resolution of a reclaimed duplicate's id to its clone (`_reclaimed`);
-- writes: each `put`/`put_writes` takes the thread's lock, which every
-  deletion holds, and lands on the clone of an id this process reclaimed;
-- accounting: counters, the log and `on_reclaim`, always after the lock.
+- which read is a run's admission, and the cleanup it runs (`_admission`),
+  under the thread's lock, behind a failsafe that never fails the run;
+- pinned reads of a reclaimed duplicate's id, resolved to its clone
+  (`_reclaimed`); unpinned reads whose head vanished while it hydrated,
+  read again (`_retry`).
 
-Everything else a `BaseCheckpointSaver` does is forwarded (`_delegate`), and
-the engine and statistics come from `MaintenanceMixin`.
+Writes land under the same lock (`_writes`); counters, the log and
+`on_reclaim` are `_accounting`'s, always after the lock. Everything else a
+`BaseCheckpointSaver` does is forwarded (`_delegate`), and the engine and
+statistics come from `MaintenanceMixin`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import warnings
-from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, Self, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
@@ -39,16 +35,18 @@ from langgraph.checkpoint.base import (
 
 from retaining_saver import _admission
 from retaining_saver import _validate as validate
+from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
-from retaining_saver._hints import LeafHints
 from retaining_saver._locks import ThreadLocks
+from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
-from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, ReclaimedIds
+from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, Key, ReclaimedIds
+from retaining_saver._retry import ReadRetry, checkpoint_key, could_vanish
 from retaining_saver._rules import (
     LeafPredicate,
     MarkerShape,
@@ -56,6 +54,8 @@ from retaining_saver._rules import (
     Skip,
     marker_shape,
 )
+from retaining_saver._stamps import OwnStamps
+from retaining_saver._writes import WritesMixin, pinned_to, well_formed
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import HeadReader, OneRoundBackend
 
@@ -63,36 +63,10 @@ logger = logging.getLogger("retaining_saver")
 
 Admission = Literal["auto", "explicit", "off"]
 
-_DENIAL_BACKOFF = 60.0
-"""Seconds cleanup waits after a refused privilege, doubling up to `_DENIAL_BACKOFF_MAX`."""
-_DENIAL_BACKOFF_MAX = 3600.0
 _ADMISSIONS = ("auto", "explicit", "off")
 
 
-@dataclass(frozen=True)
-class ReclaimEvent:
-    """One reclaimed checkpoint, as passed to `on_reclaim`."""
-
-    thread_id: str
-    checkpoint_ns: str
-    checkpoint_id: str
-    successor_id: str | None
-
-
-@dataclass(frozen=True)
-class AdmissionCounters:
-    """Totals since the saver was made: admissions attempted, checkpoints reclaimed,
-    admissions skipped by reason, admissions whose cleanup failed, and reads whose
-    fast path or probe failed and were answered by the saver's own read instead."""
-
-    attempted: int
-    reclaimed: int
-    skipped: dict[str, int]
-    failed: int
-    fallbacks: dict[str, int] = field(default_factory=dict)
-
-
-class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
+class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
     It behaves exactly like `inner`, except that when a run is admitted on a
@@ -179,7 +153,6 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self.history_caches: tuple[HistoryCache, ...] = tuple(caches)
         self.retry_unpinned_reads = retry_unpinned_reads
         self.strict_pinned_reads = strict_pinned_reads
-        self.on_reclaim = on_reclaim
         # How this store loads lineage and deletes; None: an unsupported saver, never touched.
         self.backend = backend_for(inner)
         if self.backend is None:
@@ -190,11 +163,15 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                 "it is passed through with cleanup disabled",
                 stacklevel=2,
             )
+        # Counters, the log, `on_reclaim`, and the back-off after a refused privilege.
+        self.accounts = Accounts(on_reclaim)
         # What the cleanup flows' effects act on: the saver, its backend, the caches.
-        self.performer = Performer(inner, self.backend, self.history_caches, self._fell_back)
+        self.performer = Performer(
+            inner, self.backend, self.history_caches, self.accounts.fell_back
+        )
         # Stamps this process wrote, per thread (the last one, until another root put).
         auto = self.backend is not None and admission == "auto"
-        self.stamps = LeafHints(self.policy) if auto else None
+        self.stamps = OwnStamps(self.policy) if auto else None
         # The marker the store judges a leaf by when the admission read takes it in the
         # same round (see `_one_round_marker`); None: read first, take second.
         self.one_round = self._one_round_marker()
@@ -202,16 +179,10 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self.locks = ThreadLocks()
         # Tells a run's first read (its admission) from its later ones.
         self._runs = _admission.RunTracker()
-        # `counters`' totals, by key ("attempted", "skip:<reason>", "fallback:<what>", ...).
-        self._counts: Counter[str] = Counter()
-        self._counts_lock = threading.Lock()
-        # A refused privilege: how many times, and until when cleanup waits (monotonic).
-        self._denials = 0
-        self._denied_until = 0.0
-        # Heads an unpinned read returned that could vanish: for their delta-history reads.
-        self._resolved: OrderedDict[tuple[str, str, str], _admission.ReadTarget] = OrderedDict()
+        # Re-reads unpinned heads that vanished while they hydrated (None: not asked for).
+        self.retry = self._read_retry()
         # Leaf-shaped checkpoints reads returned, which a write on them would keep.
-        self._stamps_read = ReclaimedIds(size=4096)
+        self._stamps_read: BoundedLru[Key, bool] = BoundedLru(4096)
         # What writes on stamps reclaimed, to be accounted once their lock is released.
         self._taken: list[tuple[RunnableConfig, Admitted]] = []
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
@@ -225,10 +196,16 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         if clone is not self:
             clone.backend = backend_for(clone.inner)
             clone.performer = Performer(
-                clone.inner, clone.backend, self.history_caches, clone._fell_back
+                clone.inner, clone.backend, self.history_caches, clone.accounts.fell_back
             )
             clone.one_round = clone._one_round_marker()
+            clone.retry = clone._read_retry()
         return clone
+
+    def _read_retry(self) -> ReadRetry | None:
+        if self.backend is None or not self.retry_unpinned_reads:
+            return None
+        return ReadRetry(self.backend, self.policy)
 
     def _one_round_marker(self) -> MarkerShape | None:
         """The marker an admission read binds to take a leaf as it reads, where it may.
@@ -253,24 +230,17 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
     @property
     def counters(self) -> AdmissionCounters:
         """Admission totals so far."""
-        with self._counts_lock:
-            counts = dict(self._counts)
+        return self.accounts.counters
 
-        def prefixed(prefix: str) -> dict[str, int]:
-            return {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
-
-        return AdmissionCounters(
-            counts.get("attempted", 0),
-            counts.get("reclaimed", 0),
-            prefixed("skip:"),
-            counts.get("failed", 0),
-            prefixed("fallback:"),
-        )
+    @property
+    def on_reclaim(self) -> Callable[[ReclaimEvent], None] | None:
+        """What is called once per reclaimed checkpoint."""
+        return self.accounts.on_reclaim
 
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if not _well_formed(config):
+        if not well_formed(config):
             return self.inner.get_tuple(config)  # the saver judges it, as bare
         if not self._is_admission(config):
             return self._pinned_result(config, drive(self._read(config), self.performer))
@@ -295,7 +265,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         return self._record(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if not _well_formed(config):
+        if not well_formed(config):
             return await self.inner.aget_tuple(config)
         if not self._is_admission(config):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
@@ -326,7 +296,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             except Exception as error:
                 # The fast path runs on upstream internals; the saver's own read is the truth
                 # (a real database error raises there too).
-                self._fell_back(_admission.FAST_READ, error)
+                self.accounts.fell_back(_admission.FAST_READ, error)
         return await self.inner.aget_tuple(config)
 
     def _stored(
@@ -339,10 +309,10 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         skip = _admission.head_skip(head, self.policy, config)
         if skip is None:
             return False
-        self._count("attempted", f"skip:{skip.value}")
-        if skip is Skip.PROTECTED:
+        self.accounts.count("attempted", f"skip:{skip.value}")
+        if skip is Skip.PROTECTED and head is not None and self.retry is not None:
             # Another worker, without this run's selectors, may still reclaim it.
-            self._resolve(head)
+            self.retry.remember(head)
         return True
 
     def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
@@ -380,7 +350,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             return False  # the bare saver judges such a read for itself
         if not _admission.is_admission_read(config, self._runs):
             return False
-        return not (self._denied_until and self._backing_off())
+        return not self.accounts.backing_off()
 
     def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         found: CheckpointTuple | None = yield Lookup(config)
@@ -390,11 +360,11 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
             found = yield from self._reclaimed_read(config)
         if found is not None and self._may_be_stamp(found):
             # A write on it (an update_state) would keep it: see `_write_on_stamp`.
-            self._stamps_read.note(_checkpoint_key(found.config), "")
+            self._stamps_read.put(checkpoint_key(found.config), True)
         return found
 
     def _may_be_stamp(self, found: CheckpointTuple) -> bool:
-        return self.stamps is not None and _admission.could_vanish(found, self.policy)
+        return self.stamps is not None and could_vanish(found, self.policy)
 
     def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
@@ -412,194 +382,23 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
                         self.backend.reclaimed_clone(thread_id, ns, current), Mode.READ
                     )
                 except Exception as error:
-                    self._fell_back("the reclaimed-id lookup", error)
+                    self.accounts.fell_back("the reclaimed-id lookup", error)
                     return None
             if clone is None:
                 return None
-            found: CheckpointTuple | None = yield Lookup(_pinned_to(config, clone))
+            found: CheckpointTuple | None = yield Lookup(pinned_to(config, clone))
             if found is not None:
                 return found
             current = clone
         return None
 
-    # Writes: under the thread's lock, so that none lands on an id being reclaimed
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        thread_id = self._lockable(config)
-        if thread_id is None:
-            return super().put(config, checkpoint, metadata, new_versions)
-        with self.locks.hold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = drive(flow, self.performer)
-            stored = super().put(config, checkpoint, metadata, new_versions)
-        self._record_taken()
-        return stored
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        thread_id = self._lockable(config)
-        if thread_id is None:
-            return await super().aput(config, checkpoint, metadata, new_versions)
-        async with self.locks.ahold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = await adrive(flow, self.performer)
-            stored = await super().aput(config, checkpoint, metadata, new_versions)
-        self._record_taken()
-        return stored
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        thread_id = self._lockable(config)
-        if thread_id is None:
-            return super().put_writes(config, writes, task_id, task_path)
-        with self.locks.hold(thread_id):
-            config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
-            super().put_writes(config, writes, task_id, task_path)
-        self._record_taken()
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        thread_id = self._lockable(config)
-        if thread_id is None:
-            return await super().aput_writes(config, writes, task_id, task_path)
-        async with self.locks.ahold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=False)
-            config = await adrive(flow, self.performer)
-            await super().aput_writes(config, writes, task_id, task_path)
-        self._record_taken()
-
-    def _landing(
-        self,
-        thread_id: str,
-        config: RunnableConfig,
-        *,
-        checkpoint: bool,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Flow[RunnableConfig]:
-        """Where a write under the thread's lock lands: `config`, moved off a reclaimed id,
-        and off the stamp the write would keep, which is reclaimed first.
-
-        A new root checkpoint (`checkpoint`: an `update_state`, a second stamp) would
-        bury the stamp at the head, on it or beside it; writes on the stamp would make
-        it live. Either way the stamp is reclaimed first, as an admission would, and
-        the write lands on its clone: as on the thread where it was never written.
-        A stamp is known here when this process wrote or read it; an `update` put (an
-        `update_state`, rare next to a run's puts) looks the head up whatever it knows,
-        so a stamp another process wrote goes too.
-        """
-        config = self._onto_survivor(config)
-        configurable = config["configurable"]
-        if self.stamps is None or configurable.get("checkpoint_ns", ""):
-            return config
-        target = configurable.get("checkpoint_id")
-        stamp = self.stamps.peek(thread_id)
-        on_stamp = stamp is not None and stamp.checkpoint_id == target
-        read_as_stamp = self._stamps_read.clone_of((thread_id, "", str(target))) is not None
-        update = metadata is not None and metadata.get("source") == "update"
-        if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
-            return (yield from self._reclaim_then_land(thread_id, config))
-        return config  # writes elsewhere leave the stamp the head
-
-    def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
-        admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))
-        self._noted(config, admitted)
-        self._taken.append((config, admitted))
-        return self._onto_survivor(config)
-
-    def _record_taken(self) -> None:
-        """Account, outside the lock, for what writes on stamps reclaimed."""
-        while self._taken:
-            config, admitted = self._taken.pop()
-            # A write that found no stamp to take was no admission: nothing to count.
-            if admitted[0].reclaimed or admitted[0].skipped is Skip.FAILED:
-                self._record(config, admitted)
-
-    def _lockable(self, config: RunnableConfig) -> str | None:
-        """The thread a write must lock, or None where nothing of ours can race it
-        (cleanup disabled, or an id the bare saver will judge for itself)."""
-        if self.backend is None or not _well_formed(config):
-            return None
-        thread_id = config["configurable"].get("thread_id")
-        return thread_id if isinstance(thread_id, str) else None
-
-    def _onto_survivor(self, config: RunnableConfig) -> RunnableConfig:
-        """`config`, moved from an id this process reclaimed to the clone that survives it."""
-        configurable = config.get("configurable", {})
-        checkpoint_id = configurable.get("checkpoint_id")
-        if not checkpoint_id:
-            return config
-        key = (configurable["thread_id"], configurable.get("checkpoint_ns", ""), checkpoint_id)
-        survivor = self.reclaimed.survivor(key)
-        return config if survivor is None else _pinned_to(config, survivor)
-
-    def delete_thread(self, thread_id: str) -> None:
-        super().delete_thread(thread_id)
-        self._forget_reclaims(thread_id, lambda op: self._require_backend().run(op))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await super().adelete_thread(thread_id)
-        if self.backend is not None and isinstance(thread_id, str):
-            self.reclaimed.forget_thread(thread_id)
-            try:
-                await self.backend.arun(self.backend.forget_reclaimed(thread_id))
-            except Exception as error:
-                logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
-
-    def _forget_reclaims(self, thread_id: str, run: Callable[[Any], Any]) -> None:
-        """The thread is gone: so are the records of what was reclaimed in it."""
-        if self.backend is None or not isinstance(thread_id, str):
-            return
-        self.reclaimed.forget_thread(thread_id)
-        try:
-            run(self.backend.forget_reclaimed(thread_id))
-        except Exception as error:
-            logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
-
     def _settle(
         self, found: CheckpointTuple | None, config: RunnableConfig
     ) -> Flow[CheckpointTuple | None]:
-        """An unpinned result, re-read once if it vanished while it hydrated.
-
-        Only a duration-leaf-shaped head can be reclaimed under its reader, so
-        only such a head is checked again, and remembered for the delta-history
-        reads that follow; any other read costs nothing extra.
-        """
-        if not self.retry_unpinned_reads or self.backend is None or found is None:
+        """An unpinned result, re-read once if it vanished while it hydrated (`_retry`)."""
+        if self.retry is None:
             return found
-        if not _admission.could_vanish(found, self.policy):
-            return found
-        try:
-            still = yield from _admission.still_there(found.config, self.backend)
-        except Exception as error:
-            # The probe is cleanup's, not the read's: the read stands as the saver answered it.
-            self._fell_back("the still-there probe", error)
-            return found
-        if not still:
-            found = yield Lookup(config)
-        if found is not None and _admission.could_vanish(found, self.policy):
-            self._resolve(found)
-        return found
+        return (yield from self.retry.settle(found, config))
 
     def _pinned_result(
         self, config: RunnableConfig, found: CheckpointTuple | None
@@ -633,7 +432,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         run addresses, never reclaimed."""
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.DISABLED), None
-        if self._denied_until and time.monotonic() < self._denied_until:
+        if self.accounts.waiting():
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
         return (yield from self._failsafe(thread_id, flow, config, read=False))
@@ -650,7 +449,9 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         try:
             return (yield from flow)
         except Exception as error:
-            skip = self._failure(thread_id, error)
+            assert self.backend is not None  # only an enabled backend cleans up
+            problem = self.backend.permission_problem(error)
+            skip = self.accounts.failure(thread_id, error, problem)
         if read:
             head = yield Lookup(config)
             head_id = head.checkpoint["id"] if head is not None else None
@@ -663,83 +464,20 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         head_id = node.checkpoint_id if node is not None else None
         return AdmissionResult(thread_id, (), skip, head_id), None
 
-    def _failure(self, thread_id: str, error: Exception) -> Skip:
-        """Log a cleanup failure; a refused privilege disables cleanup for a while."""
-        assert self.backend is not None
-        problem = self.backend.permission_problem(error)
-        if problem is None:
-            logger.warning(
-                "retention cleanup failed for thread %s; the run proceeds: %r", thread_id, error
-            )
-            return Skip.FAILED
-        with self._counts_lock:
-            first, self._denials = not self._denials, self._denials + 1
-            backoff = min(_DENIAL_BACKOFF * 2 ** (self._denials - 1), _DENIAL_BACKOFF_MAX)
-            self._denied_until = time.monotonic() + backoff
-        log = logger.error if first else logger.debug
-        log(
-            "retention cleanup is disabled for lack of permission (%s); runs proceed "
-            "untouched, and cleanup is tried again in %d s",
-            problem,
-            backoff,
-        )
-        return Skip.PERMISSION_DENIED
-
-    def _backing_off(self) -> bool:
-        """Whether cleanup waits out a refused privilege; such admissions count as skips."""
-        if time.monotonic() >= self._denied_until:
-            return False
-        self._count("attempted", f"skip:{Skip.PERMISSION_DENIED.value}")
-        return True
-
-    def _fell_back(self, what: str, error: Exception) -> None:
-        """Count a failure of `what`, answered by the saver's own call; log the first."""
-        key = f"fallback:{what}"
-        with self._counts_lock:
-            first = not self._counts[key]
-            self._counts[key] += 1
-        log = logger.warning if first else logger.debug
-        log("%s failed and fell back to the saver's own read (logged once): %r", what, error)
-
-    def _count(self, *keys: str, by: int = 1) -> None:
-        with self._counts_lock:
-            for key in keys:
-                self._counts[key] += by
-
     def _record(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
-        result = admitted[0]
-        if result.skipped is Skip.FAILED:
-            self._count("attempted", "failed")
-        elif result.skipped is not None:
-            self._count("attempted", f"skip:{result.skipped.value}")
-        else:
-            self._count("attempted")
-        if not result.reclaimed:
-            return admitted
-        self._count("reclaimed", by=len(result.reclaimed))
-        ns = config.get("configurable", {}).get("checkpoint_ns", "")
-        for checkpoint_id in result.reclaimed:
-            logger.info(
-                "reclaimed checkpoint %s of thread %s (successor %s)",
-                checkpoint_id,
-                result.thread_id,
-                result.head_id,
-            )
-            if self.on_reclaim is not None:
-                event = ReclaimEvent(result.thread_id, ns, checkpoint_id, result.head_id)
-                try:
-                    self.on_reclaim(event)
-                except Exception:
-                    logger.exception("on_reclaim callback failed for %s", checkpoint_id)
+        """Account for an admission, outside the thread's lock."""
+        self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
         return admitted
 
     def _noted(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Remember, still under the thread's lock, that each reclaimed id now names the head:
         a write this process puts on one of them lands on its clone instead."""
         result = admitted[0]
-        if result.head_id is not None:
-            ns = config.get("configurable", {}).get("checkpoint_ns", "")
-            for checkpoint_id in result.reclaimed:
+        ns = config.get("configurable", {}).get("checkpoint_ns", "")
+        for checkpoint_id in result.reclaimed:
+            if self.stamps is not None:
+                self.stamps.forget(result.thread_id, checkpoint_id)
+            if result.head_id is not None:
                 self.reclaimed.note((result.thread_id, ns, checkpoint_id), result.head_id)
         return admitted
 
@@ -757,42 +495,7 @@ class RetainingSaver(CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Flow[Mapping[str, DeltaChannelHistory]]:
         answer = yield from cached_history(config, channels, self.history_caches)
-        target = self._resolved.get(_checkpoint_key(config))
-        if target is None or self.backend is None or not self.retry_unpinned_reads:
+        if self.retry is None:
             return answer
-        flow = _admission.vanished_history(answer, target, channels, self.backend)
-        return cast(Mapping[str, DeltaChannelHistory], (yield from flow))
-
-    def _resolve(self, found: CheckpointTuple | None) -> None:
-        """Remember what an unpinned read returned, for its delta hydration to follow."""
-        if found is not None:
-            key = _checkpoint_key(found.config)
-            with self._counts_lock:
-                self._resolved[key] = _admission.ReadTarget(found.config, found.parent_config)
-                self._resolved.move_to_end(key)
-                if len(self._resolved) > 1024:
-                    self._resolved.popitem(last=False)
-
-
-def _well_formed(config: Any) -> bool:
-    """Whether `config` is a mapping whose `configurable` is one: anything else goes to
-    the saver untouched, which fails on it exactly as bare."""
-    if type(config) is dict and type(config.get("configurable")) is dict:
-        return True  # what LangGraph passes: no ABC check on every read
-    return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
-
-
-def _pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
-    """`config`, pinned to `checkpoint_id` instead."""
-    configurable = {**config.get("configurable", {}), "checkpoint_id": checkpoint_id}
-    return cast(RunnableConfig, {**config, "configurable": configurable})
-
-
-def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:
-    """(thread_id, checkpoint_ns, checkpoint_id) of a pinned config."""
-    configurable = config.get("configurable", {})
-    return (
-        str(configurable.get("thread_id")),
-        configurable.get("checkpoint_ns", ""),
-        str(configurable.get("checkpoint_id")),
-    )
+        rebuilt = yield from self.retry.history(answer, config, channels)
+        return cast(Mapping[str, DeltaChannelHistory], rebuilt)

@@ -11,14 +11,17 @@ random lineages follow.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from compaction_kit import KEPT, SHAPES, TWIN, Shape, Twins, history_ids, ts_of
 from hypothesis import given
 from hypothesis import strategies as st
+from langgraph.channels import DeltaChannel
 from savers import KINDS, open_async, open_sync
 from test_rules_property import SETTINGS, Scenario, ancestors, children, scenarios
 
@@ -233,25 +236,59 @@ def _step_id(twins: Twins, step: int) -> str:
     return str(found)
 
 
+def _subgraph_views(graph: Any, thread_id: str) -> dict[str, Any]:
+    """Each root checkpoint's `get_state(subgraphs=True)`: values, next, and each task's
+    subgraph state (values, next)."""
+    views = {}
+    for snapshot in graph.get_state_history(thread(thread_id)):
+        cid = snapshot.config["configurable"]["checkpoint_id"]
+        full = graph.get_state(thread(thread_id, cid), subgraphs=True)
+        tasks = [(t.name, t.state.values if t.state else None) for t in full.tasks]
+        views[cid] = (full.values, full.next, tasks)
+    return views
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["checkpointer-true", "per-call"])
+@pytest.mark.parametrize("policy_name", ["horizon-0", "horizon-1"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_subgraph_namespaces_and_their_parents_stay(
-    kind: str, request: pytest.FixtureRequest
+def test_subgraph_namespaces_go_with_their_root_runs(
+    kind: str, policy_name: str, persistent: bool, request: pytest.FixtureRequest
 ) -> None:
+    """A subgraph's checkpoints go with, and only with, the root run they belong to: a
+    per-call namespace goes whole with its run; a `checkpointer=True` subgraph keeps its
+    head (its memory) and whatever belongs to a kept run. Every kept root checkpoint
+    shows the same `get_state(subgraphs=True)`, and both threads go on alike."""
     with open_sync(kind, request) as saver:
-        graph = subgraph_chat(saver)
+        graph = subgraph_chat(saver, persistent=persistent)
         for thread_id in (KEPT, TWIN):
-            for i in range(3):
+            for i in range(4):
                 graph.invoke(turn(i), thread(thread_id))
-        inner = {"configurable": {"thread_id": KEPT, "checkpoint_ns": "inner"}}
-        inner_before = [t.config for t in saver.list(inner)]
-        report = run_pass(saver, POLICIES["horizon-0"])
-        assert {ns for ns, _ in report.deleted} <= {""}
-        assert [t.config for t in saver.list(inner)] == inner_before
-        assert Protection.SUBGRAPH_PARENT in report.kept.values()
+        views = _subgraph_views(graph, KEPT)
+        roots = {
+            (t.config["configurable"]["checkpoint_ns"], t.checkpoint["id"]): t.metadata["parents"][
+                ""
+            ]
+            for t in saver.list(thread(KEPT))
+            if t.config["configurable"]["checkpoint_ns"]
+        }
+        report = run_pass(saver, POLICIES[policy_name])
+        deleted_roots = {cid for ns, cid in report.deleted if ns == ""}
+        subgraph_deleted = {key for key in report.deleted if key[0]}
+        assert deleted_roots and subgraph_deleted
+        for key in roots:  # with, and only with
+            assert (key in subgraph_deleted) == (roots[key] in deleted_roots) or (
+                persistent and key == max(roots)
+            ), key
+        left = {t.config["configurable"]["checkpoint_ns"] for t in saver.list(thread(KEPT))}
+        if persistent:
+            assert "inner" in left, "the subgraph's memory stays"
+        after = _subgraph_views(graph, KEPT)
+        assert after == {cid: view for cid, view in views.items() if cid in after}
         assert integrity(saver, KEPT).clean
         for thread_id in (KEPT, TWIN):
             graph.invoke(turn(9), thread(thread_id))
-        assert graph.get_state(thread(KEPT)).values == graph.get_state(thread(TWIN)).values
+        mine, twin = (graph.get_state(thread(t), subgraphs=True) for t in (KEPT, TWIN))
+        assert mine.values == twin.values
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -303,28 +340,41 @@ def test_history_rules_need_an_explicit_ttl() -> None:
 
 # Properties over random lineages (the generator of tests/test_rules_property.py)
 
+DELTA = "messages"
+# A compiled graph as `RetentionPolicy(delta_graph=...)` reads it: its channels.
+DELTA_GRAPH = SimpleNamespace(channels={DELTA: DeltaChannel(operator.add)})
+
 HISTORY_POLICIES = st.builds(
     RetentionPolicy,
     history_keep_runs=st.sampled_from([None, 0, 1, 2, 4]),
     compact_steps=st.booleans(),
+    keep_latest=st.sampled_from([False, False, False, True]),
     history_min_age=st.sampled_from([timedelta(0), timedelta(minutes=6), timedelta(days=365)]),
     prune_leaf_sibling_branches=st.booleans(),
     graft_duration_links=st.booleans(),
     max_delete_per_run=st.sampled_from([None, None, 1, 3]),
+    delta_graph=st.sampled_from([None, DELTA_GRAPH]),
 ).filter(lambda p: p.history_rules)
 
 
 @st.composite
 def history_scenarios(draw: st.DrawFn) -> Scenario:
+    """A scenario under a history policy; a third of them a DeltaChannel thread, whose
+    `messages` is stored at some checkpoints (snapshots) and rebuilt at the others."""
     s = draw(scenarios())
     policy = dataclasses.replace(
         draw(HISTORY_POLICIES), protect_checkpoint_ids=s.policy.protect_checkpoint_ids
     )
     nodes = dict(s.nodes)
-    if nodes and draw(st.integers(0, 5)) == 0:  # a DeltaChannel graph stamps some
-        key = draw(st.sampled_from(sorted(nodes)))
-        delta = {**nodes[key].metadata, DELTA_METADATA_KEY: {"said": [1, 2]}}
-        nodes[key] = dataclasses.replace(nodes[key], metadata=delta)
+    if nodes and draw(st.integers(0, 2)) == 0:
+        counted = draw(st.sets(st.sampled_from(sorted(nodes)), min_size=1, max_size=3))
+        for key, node in sorted(nodes.items()):
+            delta = {DELTA_METADATA_KEY: {DELTA: [1, 1]}} if key in counted else {}
+            snapshot = DELTA in node.channel_versions and draw(st.integers(0, 3)) == 0
+            stored = frozenset({DELTA}) if snapshot else frozenset()
+            nodes[key] = dataclasses.replace(
+                node, metadata={**node.metadata, **delta}, stored=stored
+            )
     return dataclasses.replace(s, nodes=nodes, full={**s.full, **nodes}, policy=policy)
 
 
@@ -344,6 +394,10 @@ def carry_out(nodes: Mapping[NodeKey, CheckpointNode], plan: Plan) -> dict[NodeK
         assert root_holds(root, rows(root.checkpoint_ns, [root.checkpoint_id, *root.via])), root
         key = (root.checkpoint_ns, root.checkpoint_id)
         state[key] = dataclasses.replace(state[key], parent_id=None)
+    for stored in plan.materialise:
+        key = (stored.checkpoint_ns, stored.checkpoint_id)
+        now_stored = (state[key].stored or frozenset()) | set(stored.channels)
+        state[key] = dataclasses.replace(state[key], stored=now_stored)
     for d in plan.deletions:
         ns = d.checkpoint_ns
         kids = any(n.checkpoint_ns == ns and n.parent_id == d.checkpoint_id for n in state.values())
@@ -381,7 +435,6 @@ def test_history_rules_keep_every_chain_and_protection(s: Scenario) -> None:
         assert ancestors(after, key) == old_chain[: len(ancestors(after, key))], key
     for key, node in s.nodes.items():
         if key in history:
-            assert key[0] == "", key  # other namespaces are left alone
             assert node.checkpoint_id not in s.policy.protect_checkpoint_ids
             assert not (node.write_count and not kids.get(key)), "pending writes deleted"
             assert not _young(s, node), "a checkpoint inside the TTL deleted"
@@ -393,15 +446,83 @@ def test_history_rules_keep_every_chain_and_protection(s: Scenario) -> None:
     chains = explicit | {a for k in explicit for a in ancestors(s.nodes, k)}
     assert not chains & history, "an explicit id's chain lost a checkpoint"
     assert not {("", c) for c in history_children} & chains, "an explicit id's chain re-parented"
+    assert_namespaces_go_with_their_runs(s, plan, after, history)
+    assert_delta_values_unchanged(s, plan, after)
+
+
+def assert_namespaces_go_with_their_runs(
+    s: Scenario, plan: Plan, after: Mapping[NodeKey, CheckpointNode], history: set[NodeKey]
+) -> None:
+    """Each namespace's latest state stays, unless a task namespace went whole with its
+    root run; a subgraph checkpoint goes with, and only with, its root checkpoint
+    (under keep_latest: every namespace keeps just its head); a root checkpoint a
+    surviving subgraph checkpoint names stays."""
     for ns in {k[0] for k in s.nodes}:
-        head = max(i for n, i in s.nodes if n == ns)
-        kept_head = max(i for n, i in after if n == ns)
-        same = s.nodes[(ns, head)].channel_versions == after[(ns, kept_head)].channel_versions
+        head = max(k for k in s.nodes if k[0] == ns)
+        survivors = [k for k in after if k[0] == ns]
+        if not survivors:
+            assert ns and ":" in ns and head in history, f"{ns} went whole"
+            assert ("", _root(s.nodes[head])) in history, f"{ns} went without its root run"
+            continue
+        same = s.nodes[head].channel_versions == after[max(survivors)].channel_versions
         assert same, f"{ns}: the latest state changed"
-    if any(DELTA_METADATA_KEY in n.metadata for n in s.nodes.values()):
-        assert not history and not plan.roots
-    referenced = {k for k in s.nodes if k in _named_parents(s.nodes)}
-    assert not referenced & history
+    for key in history:
+        if key[0] and not s.policy.keep_latest:
+            assert ("", _root(s.nodes[key])) in history, f"{key} went without its root"
+            assert ":" in key[0] or key != max(k for k in s.nodes if k[0] == key[0]), key
+    if not s.policy.keep_latest:
+        named = {parent for k in after for parent in _named_parents({k: s.nodes[k]})}
+        assert not named & history, "a root checkpoint a kept subgraph checkpoint names went"
+
+
+def _root(node: CheckpointNode) -> str:
+    return str(dict(node.metadata.get("parents", {})).get(""))
+
+
+def assert_delta_values_unchanged(
+    s: Scenario, plan: Plan, after: Mapping[NodeKey, CheckpointNode]
+) -> None:
+    """Every survivor rebuilds each delta value from the same rows as before, or stores
+    it (materialised, only at a root the pass made, only for the graph's channels)."""
+    for stored in plan.materialise:
+        key = (stored.checkpoint_ns, stored.checkpoint_id)
+        assert stored.checkpoint_id in {
+            r.checkpoint_id for r in plan.roots if r.checkpoint_ns == key[0]
+        }
+        assert set(stored.channels) <= s.policy.materializable
+    if not any(DELTA_METADATA_KEY in n.metadata for n in s.nodes.values()):
+        return
+    stored_now = {(m.checkpoint_ns, m.checkpoint_id) for m in plan.materialise}
+    for key, node in after.items():
+        if DELTA in node.channel_versions and DELTA not in (node.stored or ()):
+            # A walk now stops where the value was stored, at the value it had there.
+            before = delta_walk(s.nodes, key, stored_now)
+            assert delta_walk(after, key, stored_now) == before, f"{key}: value changed"
+
+
+def delta_walk(
+    nodes: Mapping[NodeKey, CheckpointNode], key: NodeKey, stored_at: set[NodeKey] = frozenset()
+) -> tuple[list[NodeKey], str | None]:
+    """What LangGraph rebuilds `messages` at `key` from: the ancestors whose writes it
+    collects, up to the one that stores it (whose stored value, by version, seeds it)
+    or has no version of it (nothing above wrote it). Links without writes add nothing.
+    `stored_at`: checkpoints that store it now, though they did not."""
+    writes: list[NodeKey] = []
+    parent_id = nodes[key].parent_id
+    while parent_id is not None and (key[0], parent_id) in nodes:
+        at = (key[0], parent_id)
+        parent = nodes[at]
+        if parent.write_count:
+            writes.append(at)
+        if at in stored_at or DELTA in (parent.stored or ()):
+            return (
+                writes,
+                f"{parent.channel_versions[DELTA]} at {'new' if at in stored_at else 'old'}",
+            )
+        if DELTA not in parent.channel_versions:
+            return writes, None
+        parent_id = parent.parent_id
+    return writes, None
 
 
 def _named_parents(nodes: Mapping[NodeKey, CheckpointNode]) -> set[NodeKey]:

@@ -16,8 +16,9 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from retaining_saver import RetainingSaver
-from retaining_saver._hints import MAX_HINTS_BYTES, LeafHints
+from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._stamps import MAX_STAMPS_BYTES, OwnStamps
 from retaining_saver.testing import write_duration_leaf
 
 MB = 1024 * 1024
@@ -33,15 +34,29 @@ def _stamp(thread_id: str, metadata_bytes: int) -> tuple[Any, Any]:
     return checkpoint, metadata
 
 
-def test_hints_hold_a_bounded_number_of_bytes() -> None:
-    hints = LeafHints(RetentionPolicy())
+def test_stamps_hold_a_bounded_number_of_bytes() -> None:
+    stamps = OwnStamps(RetentionPolicy())
     for i in range(120):
-        hints.note(_stamp_config(f"big-{i}"), *_stamp(f"big-{i}", 2 * MB))
-    assert len(hints) == 0, "a 2 MB stamp is read first and taken second, never remembered"
+        stamps.note(_stamp_config(f"big-{i}"), *_stamp(f"big-{i}", 2 * MB))
+    assert len(stamps) == 0, "a 2 MB stamp is looked up when needed, never remembered"
     for i in range(400):
-        hints.note(_stamp_config(f"t-{i}"), *_stamp(f"t-{i}", 60 * 1024))
-    assert 0 < hints.bytes <= MAX_HINTS_BYTES
-    assert hints.take("t-399") is not None and hints.take("t-0") is None
+        stamps.note(_stamp_config(f"t-{i}"), *_stamp(f"t-{i}", 60 * 1024))
+    assert 0 < stamps.bytes <= MAX_STAMPS_BYTES
+    assert stamps.peek("t-399") is not None and stamps.peek("t-0") is None
+
+
+def test_the_lru_keeps_its_bounds() -> None:
+    lru: BoundedLru[int, str] = BoundedLru(3, size_of=len, max_bytes=10, max_entry_bytes=6)
+    for i in range(5):
+        lru.put(i, "abc")
+    assert len(lru) == 3 and lru.get(0) is None and lru.get(4) == "abc"
+    assert lru.put(4, "x" * 7) == "abc", "too large: not kept, and the old value is gone"
+    assert lru.get(4) is None and lru.bytes == 6
+    lru.get(2)
+    lru.put(9, "abcdef")  # over 10 bytes in all: the least recently used goes
+    assert (lru.get(3), lru.get(2), lru.bytes) == (None, "abc", 9)
+    lru.drop_where(lambda key: key == 9)
+    assert len(lru) == 1 and lru.bytes == 3
 
 
 class Big(TypedDict):
@@ -70,5 +85,6 @@ def test_reads_of_leaf_shaped_heads_keep_no_state_alive() -> None:
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert len(saver._resolved) == len(threads), "each read remembered its target"
+    assert saver.retry is not None
+    assert len(saver.retry) == len(threads), "each read remembered its target"
     assert kept < MB, f"the wrapper kept {kept} bytes alive after {len(threads)} reads of 1 MB"

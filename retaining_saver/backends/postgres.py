@@ -29,6 +29,10 @@ Over `AsyncPostgresSaver`, the async admission read runs the saver's own
 statement here and builds its tuple as `_load_checkpoint_tuple` does. The
 saver deserializes pending writes in a worker thread; so does this read, but
 only when the row holds some, as the hop is a sizable share of a whole read.
+
+The other primitives are `SqlBackend`'s (`_sql`), run on the statements below
+(`SQL`); this module adds its drivers, the guarded takes, the blob sweep, and
+the saver's own reads.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any, cast
@@ -51,28 +54,17 @@ from psycopg.types.json import Jsonb
 
 from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules import (
-    BlobKey,
-    CheckpointNode,
-    Graft,
-    LeafFacts,
-    Lineage,
-    MarkerShape,
-    Root,
-    Skip,
-)
+from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, MarkerShape, Skip
 from retaining_saver.backends._base import (
-    Integrity,
     OneRoundBackend,
     Op,
-    StorageStats,
     T,
-    TableStats,
     adrive_statements,
     drive_statements,
     on_saver_loop,
     tuple_configs,
 )
+from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
 
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
@@ -500,18 +492,10 @@ SELECT
     ) AS orphan_blobs
 """
 
-Row = dict[str, Any]
+SQL = SqlTexts.named(globals())
+"""The constants above that `SqlBackend`'s primitives run, found by their names."""
 
 INSUFFICIENT_PRIVILEGE = "42501"
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """One SQL statement, its `%s` or `%(name)s` parameters, and whether its rows are read back."""
-
-    sql: str
-    params: tuple[Any, ...] | Mapping[str, Any] = ()
-    fetch: bool = False
 
 
 def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
@@ -522,19 +506,6 @@ def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
 async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
     await cur.execute(statement.sql, statement.params)
     return await cur.fetchall() if statement.fetch else []
-
-
-def _node(row: Row, write_count: int) -> CheckpointNode:
-    return CheckpointNode(
-        checkpoint_ns=row["checkpoint_ns"],
-        checkpoint_id=row["checkpoint_id"],
-        parent_id=row["parent_checkpoint_id"],
-        channel_versions=row["channel_versions"] or {},
-        versions_seen=row["versions_seen"] or {},
-        write_count=write_count,
-        metadata=row["metadata"] or {},
-        ts=row["ts"] or "",
-    )
 
 
 def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
@@ -588,6 +559,18 @@ def _take_params(thread_id: str, leaf: CheckpointNode, ttl: timedelta) -> dict[s
     }
 
 
+def _storable(text: str) -> bool:
+    """Whether Postgres text can hold `text`: no NUL, and valid Unicode. An id that is
+    not can name no stored checkpoint, so protecting it changes nothing."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=64)
 def _text_array(values: tuple[str, ...]) -> str:
     """`values` as a Postgres `text[]` literal, to bind as text and cast in the statement."""
@@ -601,13 +584,14 @@ def _blob_key(key: BlobKey) -> BlobKey:
     return (ns, channel, str(version))
 
 
-class PostgresBackend(OneRoundBackend):
+class PostgresBackend(SqlBackend, OneRoundBackend):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
     holds_nul = False
     tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
     stores_blobs = True
+    sql = SQL
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers
@@ -704,27 +688,31 @@ class PostgresBackend(OneRoundBackend):
             await cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
         self.reclaimed_table_ready = True
 
-    # Primitives
+    # Dialect hooks
 
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        rows = yield Statement(SELECT_LINEAGE_SQL, (str(thread_id),), True)
-        counts = yield Statement(SELECT_WRITE_COUNTS_SQL, (str(thread_id),), True)
-        owned = {(r["checkpoint_ns"], r["checkpoint_id"]): r["write_count"] for r in counts}
-        return Lineage.of(
-            thread_id,
-            (_node(r, owned.get((r["checkpoint_ns"], r["checkpoint_id"]), 0)) for r in rows),
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node from the JSONB columns the statement selected."""
+        return CheckpointNode(
+            checkpoint_ns=row["checkpoint_ns"],
+            checkpoint_id=row["checkpoint_id"],
+            parent_id=row["parent_checkpoint_id"],
+            channel_versions=row["channel_versions"] or {},
+            versions_seen=row["versions_seen"] or {},
+            write_count=write_count,
+            metadata=row["metadata"] or {},
+            ts=row["ts"] or "",
         )
 
-    def load_nodes(
-        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
-    ) -> Op[dict[str, CheckpointNode]]:
-        params = (str(thread_id), checkpoint_ns, list(ids))
-        rows = yield Statement(SELECT_NODES_SQL, params, True)
-        return {r["checkpoint_id"]: _node(r, r["write_count"]) for r in rows}
+    def _ids_param(self, ids: Sequence[str]) -> list[str]:
+        """`ids` as a list, which psycopg binds as an array."""
+        return list(ids)
 
-    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
-        rows = yield Statement(SELECT_HEAD_NODE_SQL, (str(thread_id), checkpoint_ns), True)
-        return _node(rows[0], rows[0]["write_count"]) if rows else None
+    def _reclaim_times(self) -> tuple[timedelta, tuple[()]]:
+        """Ages by the server's clock: the TTL, for the statements to subtract from `now()`,
+        which also stamps each record (the column's default)."""
+        return self.reclaimed_ttl, ()
+
+    # Primitives
 
     def reclaim_leaf(
         self,
@@ -778,7 +766,7 @@ class PostgresBackend(OneRoundBackend):
             "checkpoint_ns": checkpoint_ns,
             "marker_source": marker.source,
             "marker_keys": _text_array(marker.keys),
-            "protected": _text_array(tuple(sorted(protected))),
+            "protected": _text_array(tuple(sorted(filter(_storable, protected)))),
             "ttl_seconds": self.reclaimed_ttl.total_seconds(),
             "taken_by": token,
         }
@@ -841,54 +829,6 @@ class PostgresBackend(OneRoundBackend):
             writes,
         )
 
-    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
-        params = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(SELECT_HAS_CHILDREN_SQL, params, True)
-        return bool(rows[0]["found"])
-
-    def newest_id(
-        self, thread_id: str, checkpoint_ns: str, below: str | None = None
-    ) -> Op[str | None]:
-        params = (str(thread_id), checkpoint_ns, below, below)
-        rows = yield Statement(SELECT_NEWEST_ID_SQL, params, True)
-        newest: str | None = rows[0]["newest"]
-        return newest
-
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        deleted = yield Statement(DELETE_CHECKPOINT_SQL, key, fetch=True)
-        if deleted:
-            yield Statement(DELETE_WRITES_SQL, key)
-        return bool(deleted)
-
-    def record_reclaimed(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
-    ) -> Op[None]:
-        yield Statement(DELETE_EXPIRED_RECLAIMED_SQL, (str(thread_id), self.reclaimed_ttl))
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        yield Statement(UPSERT_RECLAIMED_SQL, (*key, clone_id))
-
-    def reclaimed_clone(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> Op[str | None]:
-        if not (yield Statement(SELECT_RECLAIMED_TABLE_SQL, (), True))[0]["found"]:
-            return None
-        params = (str(thread_id), checkpoint_ns, checkpoint_id, self.reclaimed_ttl)
-        rows = yield Statement(SELECT_RECLAIMED_CLONE_SQL, params, True)
-        return str(rows[0]["clone_id"]) if rows else None
-
-    def forget_reclaimed(self, thread_id: str) -> Op[None]:
-        if (yield Statement(SELECT_RECLAIMED_TABLE_SQL, (), True))[0]["found"]:
-            yield Statement(DELETE_THREAD_RECLAIMED_SQL, (str(thread_id),))
-
-    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
-        params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
-        yield Statement(UPDATE_PARENT_SQL, params)
-
-    def make_root(self, thread_id: str, root: Root) -> Op[None]:
-        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
-        yield Statement(MAKE_ROOT_SQL, params)
-
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey]
     ) -> Op[list[BlobKey]]:
@@ -910,29 +850,6 @@ class PostgresBackend(OneRoundBackend):
         rows = yield Statement(DELETE_BLOBS_SQL, (*columns, str(thread_id)), True)
         gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
         return [key for key in garbage if _blob_key(key) in gone]
-
-    def stats(self, thread_id: str | None) -> Op[StorageStats]:
-        if thread_id is None:
-            rows = yield Statement(SELECT_STORE_STATS_SQL, (), True)
-        else:
-            rows = yield Statement(SELECT_THREAD_STATS_SQL, (str(thread_id),) * 3, True)
-        tables = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
-        return StorageStats(thread_id, tables)
-
-    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
-        if limit <= 0:
-            return []
-        if after is None:
-            rows = yield Statement(SELECT_FIRST_THREAD_IDS_SQL, (limit,), True)
-        else:
-            rows = yield Statement(SELECT_THREAD_IDS_AFTER_SQL, (after, limit), True)
-        return [r["thread_id"] for r in rows]
-
-    def integrity(self, thread_id: str) -> Op[Integrity]:
-        """Dangling parents, orphan writes rows and blob rows no checkpoint names."""
-        rows = yield Statement(SELECT_INTEGRITY_SQL, (str(thread_id),) * 3, True)
-        row = rows[0]
-        return Integrity(row["dangling_parents"], row["orphan_writes"], row["orphan_blobs"])
 
 
 def make_backend(saver: PostgresSaver | AsyncPostgresSaver) -> PostgresBackend:

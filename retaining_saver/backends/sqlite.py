@@ -22,6 +22,10 @@ Over `AsyncSqliteSaver` the async admission read runs the saver's own read
 statements here (`head_row`): both in one hop, under the saver's lock and
 outside any transaction, as the saver runs them in six.
 
+The primitives are `SqlBackend`'s (`_sql`), run on the statements below (`SQL`);
+this module adds its drivers, the decoding of a checkpoint blob into a node,
+and the saver's own reads.
+
 `SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
 space deleted rows leave on SQLite's freelist; see `Compaction`.
 """
@@ -51,18 +55,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
-from retaining_saver.backends._base import (
-    HeadReader,
-    Integrity,
-    Op,
-    StorageStats,
-    T,
-    TableStats,
-    drive_statements,
-    on_saver_loop,
-    tuple_configs,
-)
+from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts
+from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop, tuple_configs
+from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
 
 logger = logging.getLogger("retaining_saver")
 
@@ -97,7 +92,7 @@ CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
 )
 """
 
-INSERT_RECLAIMED_SQL = """
+UPSERT_RECLAIMED_SQL = """
 INSERT OR REPLACE INTO retaining_saver_reclaimed
     (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
 VALUES (?, ?, ?, ?, ?)
@@ -254,17 +249,10 @@ WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 VACUUM_SQL = "VACUUM"
 
-Row = dict[str, Any]
+SQL = SqlTexts.named(globals())
+"""The constants above that `SqlBackend`'s primitives run, found by their names."""
 
 READONLY = sqlite3.SQLITE_READONLY
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """One SQL statement with its bound (`?`) parameters."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,12 +373,13 @@ def _file_bytes(page_row: Row) -> int:
     return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
 
 
-class SqliteBackend(HeadReader):
+class SqliteBackend(SqlBackend):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
     tables = ("checkpoints", "writes")
     stores_blobs = False
+    sql = SQL
     saver: SqliteSaver | AsyncSqliteSaver
 
     # Drivers
@@ -451,41 +440,35 @@ class SqliteBackend(HeadReader):
         self.index_ready = True
         return result
 
-    # Primitives
+    # Dialect hooks
 
     def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node, its versions and ts decoded from the checkpoint blob."""
         return _node_of(row, self._checkpoint(row), write_count)
 
     def _checkpoint(self, row: Row) -> Checkpoint:
         checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
         return checkpoint
 
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        rows = yield Statement(SELECT_LINEAGE_SQL, (str(thread_id),))
-        counts = yield Statement(SELECT_WRITE_COUNTS_SQL, (str(thread_id),))
-        owned = {(r["checkpoint_ns"], r["checkpoint_id"]): r["write_count"] for r in counts}
-        return Lineage.of(
-            thread_id,
-            (self._node(r, owned.get((r["checkpoint_ns"], r["checkpoint_id"]), 0)) for r in rows),
-        )
+    def _ids_param(self, ids: Sequence[str]) -> str:
+        """`ids` as one JSON array text, which `SELECT_NODES_SQL` reads with `json_each`."""
+        return json.dumps(list(ids))
 
-    def load_nodes(
-        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
-    ) -> Op[dict[str, CheckpointNode]]:
-        params = (str(thread_id), checkpoint_ns, json.dumps(list(ids)))
-        rows = yield Statement(SELECT_NODES_SQL, params)
-        return {r["checkpoint_id"]: self._node(r, r["write_count"]) for r in rows}
+    def _reclaim_times(self) -> tuple[float, tuple[float]]:
+        """Ages by this process's clock: `reclaimed_at` holds the `time.time()` of the
+        delete, and a record older than the TTL is one stamped before now minus it."""
+        now = time.time()
+        return now - self.reclaimed_ttl.total_seconds(), (now,)
 
-    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
-        rows = yield Statement(SELECT_HEAD_NODE_SQL, (str(thread_id), checkpoint_ns))
-        return self._node(rows[0], rows[0]["write_count"]) if rows else None
+    # Primitives
 
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
         """Each row decoded once: the parent's, with its writes, is the successor's."""
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
-        rows = yield Statement(SELECT_NODES_SQL, (str(thread_id), checkpoint_ns, json.dumps(ids)))
+        params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
+        rows = yield Statement(SELECT_NODES_SQL, params)
         decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
         nodes = {i: _node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
         if parent_id is None or parent_id not in decoded or not self.fast:
@@ -548,85 +531,12 @@ class SqliteBackend(HeadReader):
             writes = load_pending_writes(row["writes"], self.saver.serde)
         return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)
 
-    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
-        params = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(SELECT_HAS_CHILDREN_SQL, params)
-        return bool(rows[0]["found"])
-
-    def newest_id(
-        self, thread_id: str, checkpoint_ns: str, below: str | None = None
-    ) -> Op[str | None]:
-        params = (str(thread_id), checkpoint_ns, below, below)
-        rows = yield Statement(SELECT_NEWEST_ID_SQL, params)
-        newest: str | None = rows[0]["newest"]
-        return newest
-
-    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        deleted = yield Statement(DELETE_CHECKPOINT_SQL, key)
-        if deleted:
-            yield Statement(DELETE_WRITES_SQL, key)
-        return bool(deleted)
-
-    def record_reclaimed(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
-    ) -> Op[None]:
-        now = time.time()
-        oldest = now - self.reclaimed_ttl.total_seconds()
-        yield Statement(DELETE_EXPIRED_RECLAIMED_SQL, (str(thread_id), oldest))
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        yield Statement(INSERT_RECLAIMED_SQL, (*key, clone_id, now))
-
-    def reclaimed_clone(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> Op[str | None]:
-        if not (yield Statement(SELECT_RECLAIMED_TABLE_SQL)):
-            return None
-        oldest = time.time() - self.reclaimed_ttl.total_seconds()
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(SELECT_RECLAIMED_CLONE_SQL, (*key, oldest))
-        return str(rows[0]["clone_id"]) if rows else None
-
-    def forget_reclaimed(self, thread_id: str) -> Op[None]:
-        if (yield Statement(SELECT_RECLAIMED_TABLE_SQL)):
-            yield Statement(DELETE_THREAD_RECLAIMED_SQL, (str(thread_id),))
-
-    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
-        params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
-        yield Statement(UPDATE_PARENT_SQL, params)
-
-    def make_root(self, thread_id: str, root: Root) -> Op[None]:
-        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
-        yield Statement(MAKE_ROOT_SQL, params)
-
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey]
     ) -> Op[list[BlobKey]]:
         """Nothing to do: channel values live inside the checkpoint rows."""
         yield from ()
         return []
-
-    def stats(self, thread_id: str | None) -> Op[StorageStats]:
-        if thread_id is None:
-            rows = yield Statement(SELECT_STORE_STATS_SQL)
-        else:
-            rows = yield Statement(SELECT_THREAD_STATS_SQL, (str(thread_id), str(thread_id)))
-        tables = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
-        return StorageStats(thread_id, tables)
-
-    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
-        if limit <= 0:
-            return []
-        if after is None:
-            rows = yield Statement(SELECT_FIRST_THREAD_IDS_SQL, (limit,))
-        else:
-            rows = yield Statement(SELECT_THREAD_IDS_AFTER_SQL, (after, limit))
-        return [r["thread_id"] for r in rows]
-
-    def integrity(self, thread_id: str) -> Op[Integrity]:
-        """Dangling parents and orphan writes rows; there are no blob rows to orphan."""
-        rows = yield Statement(SELECT_INTEGRITY_SQL, (str(thread_id), str(thread_id)))
-        return Integrity(rows[0]["dangling_parents"], rows[0]["orphan_writes"], 0)
 
     # Compaction (SQLite only)
 

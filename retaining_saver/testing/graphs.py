@@ -60,9 +60,13 @@ def chat_graph(
     return builder.compile(checkpointer=checkpointer)
 
 
-def subgraph_chat(checkpointer: BaseCheckpointSaver[Any], flavor: Flavor = "full") -> Any:
-    """A root graph whose `inner` node is a `checkpointer=True` subgraph with its own head."""
-    inner = chat_graph(True, flavor)
+def subgraph_chat(
+    checkpointer: BaseCheckpointSaver[Any], flavor: Flavor = "full", *, persistent: bool = True
+) -> Any:
+    """A root graph whose `inner` node is a subgraph: with `persistent`, a
+    `checkpointer=True` one, whose namespace `inner` keeps its own head across calls;
+    else a plain one, which saves each call in a namespace of its own (`inner:<task>`)."""
+    inner = chat_graph(True if persistent else None, flavor)
     schema: Any = FullChat if flavor == "full" else DeltaChat
     builder: Any = StateGraph(schema)
     builder.add_node("inner", inner)

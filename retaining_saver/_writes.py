@@ -1,0 +1,211 @@
+"""The writes of `RetainingSaver`: each one under its thread's lock, landing where the
+thread without reclaimed checkpoints would have it.
+
+Every deletion holds the thread's lock, so no `put` or `put_writes` of this
+process lands on a checkpoint while it is being reclaimed. A write pinned to an
+id this process reclaimed lands on the clone that survives it. A write that
+would keep a stamp (an `update_state` on or beside it, a second stamp, writes
+on it) reclaims the stamp first, as an admission would. What a write reclaimed
+is accounted for once its lock is released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+
+from retaining_saver._admission import Admitted
+from retaining_saver._delegate import DelegatingSaver
+from retaining_saver._effects import Flow, Mode, Performer, Run, adrive, drive
+from retaining_saver._locks import ThreadLocks
+from retaining_saver._lru import BoundedLru
+from retaining_saver._reclaimed import Key, ReclaimedIds
+from retaining_saver._rules import Skip
+from retaining_saver._stamps import OwnStamps
+from retaining_saver.backends._base import Backend
+
+logger = logging.getLogger("retaining_saver")
+
+
+class WritesMixin(DelegatingSaver):
+    """`put`, `put_writes`, `delete_thread` and their async twins, for `RetainingSaver`."""
+
+    backend: Backend | None
+    locks: ThreadLocks
+    performer: Performer
+    stamps: OwnStamps | None
+    reclaimed: ReclaimedIds
+    # Leaf-shaped checkpoints reads returned, which a write on them would keep.
+    _stamps_read: BoundedLru[Key, bool]
+    # What writes on stamps reclaimed, to be accounted once their lock is released.
+    _taken: list[tuple[RunnableConfig, Admitted]]
+    # Cleanup as `admit` runs it, and its accounting (see `RetainingSaver`).
+    _explicit: Callable[[str, RunnableConfig], Flow[Admitted]]
+    _thread_config: Callable[[str, str], RunnableConfig]
+    _noted: Callable[[RunnableConfig, Admitted], Admitted]
+    _record: Callable[[RunnableConfig, Admitted], Admitted]
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return super().put(config, checkpoint, metadata, new_versions)
+        with self.locks.hold(thread_id):
+            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
+            config = drive(flow, self.performer)
+            stored = super().put(config, checkpoint, metadata, new_versions)
+        self._record_taken()
+        return stored
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        async with self.locks.ahold(thread_id):
+            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
+            config = await adrive(flow, self.performer)
+            stored = await super().aput(config, checkpoint, metadata, new_versions)
+        self._record_taken()
+        return stored
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return super().put_writes(config, writes, task_id, task_path)
+        with self.locks.hold(thread_id):
+            config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
+            super().put_writes(config, writes, task_id, task_path)
+        self._record_taken()
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = self._lockable(config)
+        if thread_id is None:
+            return await super().aput_writes(config, writes, task_id, task_path)
+        async with self.locks.ahold(thread_id):
+            flow = self._landing(thread_id, config, checkpoint=False)
+            config = await adrive(flow, self.performer)
+            await super().aput_writes(config, writes, task_id, task_path)
+        self._record_taken()
+
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)
+        drive(self._forgetting(thread_id), self.performer)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await super().adelete_thread(thread_id)
+        await adrive(self._forgetting(thread_id), self.performer)
+
+    def _forgetting(self, thread_id: str) -> Flow[None]:
+        """The thread is gone: so are the records of what was reclaimed in it."""
+        if self.backend is None or not isinstance(thread_id, str):
+            return
+        self.reclaimed.forget_thread(thread_id)
+        try:
+            yield Run(self.backend.forget_reclaimed(thread_id), Mode.WRITE)
+        except Exception as error:
+            logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
+
+    def _landing(
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        *,
+        checkpoint: bool,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Flow[RunnableConfig]:
+        """Where a write under the thread's lock lands: `config`, moved off a reclaimed id,
+        and off the stamp the write would keep, which is reclaimed first.
+
+        A new root checkpoint (`checkpoint`: an `update_state`, a second stamp) would
+        bury the stamp at the head, on it or beside it; writes on the stamp would make
+        it live. Either way the stamp is reclaimed first, as an admission would, and
+        the write lands on its clone: as on the thread where it was never written.
+        A stamp is known here when this process wrote or read it; an `update` put (an
+        `update_state`, rare next to a run's puts) looks the head up whatever it knows,
+        so a stamp another process wrote goes too.
+        """
+        config = self._onto_survivor(config)
+        configurable = config["configurable"]
+        if self.stamps is None or configurable.get("checkpoint_ns", ""):
+            return config
+        target = configurable.get("checkpoint_id")
+        stamp = self.stamps.peek(thread_id)
+        on_stamp = stamp is not None and stamp.checkpoint_id == target
+        read_as_stamp = self._stamps_read.get((thread_id, "", str(target))) is not None
+        update = metadata is not None and metadata.get("source") == "update"
+        if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
+            return (yield from self._reclaim_then_land(thread_id, config))
+        return config  # writes elsewhere leave the stamp the head
+
+    def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
+        admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))
+        self._noted(config, admitted)
+        self._taken.append((config, admitted))
+        return self._onto_survivor(config)
+
+    def _record_taken(self) -> None:
+        """Account, outside the lock, for what writes on stamps reclaimed."""
+        while self._taken:
+            config, admitted = self._taken.pop()
+            # A write that found no stamp to take was no admission: nothing to count.
+            if admitted[0].reclaimed or admitted[0].skipped is Skip.FAILED:
+                self._record(config, admitted)
+
+    def _lockable(self, config: RunnableConfig) -> str | None:
+        """The thread a write must lock, or None where nothing of ours can race it
+        (cleanup disabled, or an id the bare saver will judge for itself)."""
+        if self.backend is None or not well_formed(config):
+            return None
+        thread_id = config["configurable"].get("thread_id")
+        return thread_id if isinstance(thread_id, str) else None
+
+    def _onto_survivor(self, config: RunnableConfig) -> RunnableConfig:
+        """`config`, moved from an id this process reclaimed to the clone that survives it."""
+        configurable = config.get("configurable", {})
+        checkpoint_id = configurable.get("checkpoint_id")
+        if not checkpoint_id:
+            return config
+        key = (configurable["thread_id"], configurable.get("checkpoint_ns", ""), checkpoint_id)
+        survivor = self.reclaimed.survivor(key)
+        return config if survivor is None else pinned_to(config, survivor)
+
+
+def well_formed(config: Any) -> bool:
+    """Whether `config` is a mapping whose `configurable` is one: anything else goes to
+    the saver untouched, which fails on it exactly as bare."""
+    if type(config) is dict and type(config.get("configurable")) is dict:
+        return True  # what LangGraph passes: no ABC check on every read
+    return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
+
+
+def pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
+    """`config`, pinned to `checkpoint_id` instead."""
+    configurable = {**config.get("configurable", {}), "checkpoint_id": checkpoint_id}
+    return cast(RunnableConfig, {**config, "configurable": configurable})

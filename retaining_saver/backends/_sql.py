@@ -1,0 +1,203 @@
+"""The primitives the SQL backends share, written once over each backend's SQL texts.
+
+SQLite and Postgres key a thread's checkpoints and writes alike, so each
+primitive runs the same statements, in the same order, on either. What
+differs is the SQL text (parameter style, table names, functions): each
+backend module keeps its texts in named constants at its top, which one
+`SqlTexts` gathers by name. Where the dialects differ beyond the text, a hook
+says how: a node from its row (`_node`; SQLite decodes the checkpoint blob,
+Postgres reads JSONB columns), a list of ids as bound (`_ids_param`), and the
+clock reclaim records are aged by (`_reclaim_times`). The drivers stay in each
+backend module: how a transaction runs differs far more than what runs in it.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from retaining_saver._rules import CheckpointNode, Graft, Lineage, Root
+from retaining_saver.backends._base import HeadReader, Integrity, Op, StorageStats, TableStats
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement, its bound parameters, and whether its rows are read back.
+
+    SQLite reads back every statement's rows, none for a statement without
+    any; psycopg refuses to fetch those, so Postgres fetches only on `fetch`.
+    """
+
+    sql: str
+    params: tuple[Any, ...] | Mapping[str, Any] = ()
+    fetch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SqlTexts:
+    """The statements behind `SqlBackend`'s primitives, in one backend's dialect.
+
+    Each field is the text of the constant its backend module names after it
+    (`select_lineage`: `SELECT_LINEAGE_SQL`), so that the two modules do not
+    each spell out the same list. Every text binds its values as parameters;
+    `select_thread_stats` and `select_integrity` bind the thread once per table.
+    """
+
+    select_lineage: str
+    select_write_counts: str
+    select_nodes: str
+    select_head_node: str
+    select_has_children: str
+    select_newest_id: str
+    delete_checkpoint: str
+    delete_writes: str
+    delete_expired_reclaimed: str
+    upsert_reclaimed: str
+    select_reclaimed_table: str
+    select_reclaimed_clone: str
+    delete_thread_reclaimed: str
+    update_parent: str
+    make_root: str
+    select_thread_stats: str
+    select_store_stats: str
+    select_first_thread_ids: str
+    select_thread_ids_after: str
+    select_integrity: str
+
+    @classmethod
+    def named(cls, constants: Mapping[str, Any]) -> SqlTexts:
+        """The texts of `constants` (a backend module's `globals()`) that the fields name.
+
+        Raises:
+            KeyError: If the module lacks one, when it is imported.
+        """
+        return cls(**{f.name: constants[f"{f.name.upper()}_SQL"] for f in fields(cls)})
+
+
+class SqlBackend(HeadReader):
+    """A backend over SQL tables: the primitives, as statements built from `sql`."""
+
+    sql: ClassVar[SqlTexts]
+
+    # Dialect hooks
+
+    @abstractmethod
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node of a row `select_lineage`, `select_nodes` or `select_head_node` read."""
+
+    @abstractmethod
+    def _ids_param(self, ids: Sequence[str]) -> Any:
+        """`ids` as `select_nodes` binds them."""
+
+    @abstractmethod
+    def _reclaim_times(self) -> tuple[Any, tuple[Any, ...]]:
+        """What `delete_expired_reclaimed` and `select_reclaimed_clone` compare a record's
+        age with, and the parameters, if any, that stamp one `upsert_reclaimed` writes."""
+
+    # Primitives
+
+    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+        rows = yield Statement(self.sql.select_lineage, (str(thread_id),), fetch=True)
+        counts = yield Statement(self.sql.select_write_counts, (str(thread_id),), fetch=True)
+        owned = {(r["checkpoint_ns"], r["checkpoint_id"]): r["write_count"] for r in counts}
+        return Lineage.of(
+            thread_id,
+            (self._node(r, owned.get((r["checkpoint_ns"], r["checkpoint_id"]), 0)) for r in rows),
+        )
+
+    def load_nodes(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, CheckpointNode]]:
+        params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
+        rows = yield Statement(self.sql.select_nodes, params, fetch=True)
+        return {r["checkpoint_id"]: self._node(r, r["write_count"]) for r in rows}
+
+    def head_node(self, thread_id: str, checkpoint_ns: str) -> Op[CheckpointNode | None]:
+        params = (str(thread_id), checkpoint_ns)
+        rows = yield Statement(self.sql.select_head_node, params, fetch=True)
+        return self._node(rows[0], rows[0]["write_count"]) if rows else None
+
+    def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        params = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(self.sql.select_has_children, params, fetch=True)
+        return bool(rows[0]["found"])
+
+    def newest_id(
+        self, thread_id: str, checkpoint_ns: str, below: str | None = None
+    ) -> Op[str | None]:
+        params = (str(thread_id), checkpoint_ns, below, below)
+        rows = yield Statement(self.sql.select_newest_id, params, fetch=True)
+        newest: str | None = rows[0]["newest"]
+        return newest
+
+    def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        deleted = yield Statement(self.sql.delete_checkpoint, key, fetch=True)
+        if deleted:
+            yield Statement(self.sql.delete_writes, key)
+        return bool(deleted)
+
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]:
+        oldest, stamp = self._reclaim_times()
+        yield Statement(self.sql.delete_expired_reclaimed, (str(thread_id), oldest))
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        yield Statement(self.sql.upsert_reclaimed, (*key, clone_id, *stamp))
+
+    def reclaimed_clone(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[str | None]:
+        if not (yield from self._reclaimed_table()):
+            return None
+        oldest, _ = self._reclaim_times()
+        params = (str(thread_id), checkpoint_ns, checkpoint_id, oldest)
+        rows = yield Statement(self.sql.select_reclaimed_clone, params, fetch=True)
+        return str(rows[0]["clone_id"]) if rows else None
+
+    def forget_reclaimed(self, thread_id: str) -> Op[None]:
+        if (yield from self._reclaimed_table()):
+            yield Statement(self.sql.delete_thread_reclaimed, (str(thread_id),))
+
+    def _reclaimed_table(self) -> Op[bool]:
+        """Whether the reclaim records' table exists: a read must not create it."""
+        rows = yield Statement(self.sql.select_reclaimed_table, fetch=True)
+        # SQLite answers a row only if the table exists; Postgres one row saying whether.
+        return bool(rows) and bool(rows[0]["found"])
+
+    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
+        params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
+        yield Statement(self.sql.update_parent, params)
+
+    def make_root(self, thread_id: str, root: Root) -> Op[None]:
+        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
+        yield Statement(self.sql.make_root, params)
+
+    def stats(self, thread_id: str | None) -> Op[StorageStats]:
+        if thread_id is None:
+            rows = yield Statement(self.sql.select_store_stats, fetch=True)
+        else:
+            params = (str(thread_id),) * len(self.tables)
+            rows = yield Statement(self.sql.select_thread_stats, params, fetch=True)
+        tables = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
+        return StorageStats(thread_id, tables)
+
+    def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
+        if limit <= 0:
+            return []
+        if after is None:
+            rows = yield Statement(self.sql.select_first_thread_ids, (limit,), fetch=True)
+        else:
+            rows = yield Statement(self.sql.select_thread_ids_after, (after, limit), fetch=True)
+        return [r["thread_id"] for r in rows]
+
+    def integrity(self, thread_id: str) -> Op[Integrity]:
+        """Dangling parents, orphan writes rows, and blob rows no checkpoint names (none
+        where the store has no blob table)."""
+        params = (str(thread_id),) * len(self.tables)
+        row = (yield Statement(self.sql.select_integrity, params, fetch=True))[0]
+        return Integrity(row["dangling_parents"], row["orphan_writes"], row.get("orphan_blobs", 0))
