@@ -100,8 +100,9 @@ _MIRRORS_LOCK = threading.Lock()
 def _mirror_class(
     wrapper: type[DelegatingSaver], inner: BaseCheckpointSaver[Any]
 ) -> type[DelegatingSaver]:
-    """The cached subclass of `wrapper` that lacks what `inner` lacks."""
-    key = (wrapper, lacking_methods(inner))
+    """The cached subclass of `wrapper` that lacks what `inner` lacks, but for what
+    `wrapper` provides itself over `inner`."""
+    key = (wrapper, lacking_methods(inner) - wrapper.provided_for(inner))
     with _MIRRORS_LOCK:
         mirror = _MIRRORS.get(key)
         if mirror is None:
@@ -143,6 +144,12 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
 
     def __init__(self, inner: BaseCheckpointSaver[Any], /) -> None:
         self.inner = inner
+
+    @classmethod
+    def provided_for(cls, inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
+        """The `MIRRORED_METHODS` this wrapper implements itself over `inner`, whether
+        `inner` has them or not (none: it forwards every one)."""
+        return frozenset()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__.split('[')[0]}({self.inner!r})"

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from retaining_saver import _rules
-from retaining_saver._effects import Flow, Invalidate, Mode, Run
+from retaining_saver._effects import Flow, History, Invalidate, Mode, Run
 from retaining_saver._rules import (
     BlobKey,
     Graft,
@@ -25,7 +26,9 @@ from retaining_saver._rules import (
     RetentionPolicy,
     Root,
 )
-from retaining_saver.backends._base import Applied, Backend, StorageStats
+from retaining_saver.backends import _upstream
+from retaining_saver.backends._apply import Applied, PlanChanged
+from retaining_saver.backends._base import Backend, StorageStats
 
 logger = logging.getLogger("retaining_saver")
 
@@ -52,6 +55,8 @@ class RetentionReport:
             reading them failed after the deletions were committed).
         roots: Checkpoints made roots (parent None) because the history horizon
             removed every ancestor they had.
+        materialised: Checkpoints at which DeltaChannel values were stored whole
+            (or, in a dry run, would be), so that their ancestors could go.
     """
 
     thread_id: str
@@ -67,6 +72,7 @@ class RetentionReport:
     before: StorageStats
     after: StorageStats | None = field(repr=False)
     roots: tuple[Root, ...] = ()
+    materialised: tuple[NodeKey, ...] = ()
 
 
 def retention_pass(
@@ -86,12 +92,11 @@ def retention_pass(
         grafted=list(plan.grafts),
         rooted=list(plan.roots),
         freed_blobs=list(plan.freed_blobs),
+        materialised=[(m.checkpoint_ns, m.checkpoint_id) for m in plan.materialise],
     )
     after: StorageStats | None = before
     if not dry_run and not plan.empty:
-        for ns, ids in _changed_ids(plan).items():
-            yield Invalidate(thread_id, ns, ids)
-        applied = yield Run(backend.apply_plan(thread_id, plan), Mode.WRITE)
+        applied = yield from _carry_out(thread_id, backend, policy, plan)
         try:
             after = yield Run(backend.stats(thread_id), Mode.READ)
         except Exception as error:
@@ -118,7 +123,62 @@ def retention_pass(
         before=before,
         after=after,
         roots=tuple(applied.rooted),
+        materialised=tuple(applied.materialised),
     )
+
+
+def prune_pass(
+    thread_id: str, backend: Backend, policy: RetentionPolicy, now: datetime
+) -> Flow[Applied]:
+    """`retention_pass` without its statistics or report, for `prune`: what it did."""
+    lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
+    plan = _rules.plan_retention(lineage, policy, now)
+    if plan.empty:
+        return Applied()
+    return (yield from _carry_out(thread_id, backend, policy, plan))
+
+
+def _carry_out(
+    thread_id: str, backend: Backend, policy: RetentionPolicy, plan: Plan
+) -> Flow[Applied]:
+    """The values to store first, every cache told, then the plan in one transaction."""
+    values = yield from _values(thread_id, plan, policy)
+    for ns, ids in _changed_ids(plan).items():
+        yield Invalidate(thread_id, ns, ids)
+    try:
+        applied: Applied = yield Run(backend.apply_plan(thread_id, plan, values), Mode.WRITE)
+    except PlanChanged as error:
+        # Rolled back whole: the thread changed under the pass; the next one judges it again.
+        logger.info("retention of %s found the thread changed; nothing done: %s", thread_id, error)
+        return Applied(dropped=list(plan.deletions))
+    return applied
+
+
+def _values(
+    thread_id: str, plan: Plan, policy: RetentionPolicy
+) -> Flow[dict[NodeKey, dict[str, Any]]]:
+    """Each `Materialise`'s channel values, rebuilt before anything changes: the saver's
+    own delta history of the checkpoint, replayed by the graph's channel (only the
+    graph knows its reducer). A channel that rebuilds empty stores nothing: its value
+    after the pass rebuilds empty too."""
+    values: dict[NodeKey, dict[str, Any]] = {}
+    graph = policy.delta_graph
+    if graph is None:
+        return values  # without a graph, the rules plan none
+    for stored in plan.materialise:
+        configurable = {
+            "thread_id": thread_id,
+            "checkpoint_ns": stored.checkpoint_ns,
+            "checkpoint_id": stored.checkpoint_id,
+        }
+        history = yield History({"configurable": configurable}, stored.channels)
+        found = values.setdefault((stored.checkpoint_ns, stored.checkpoint_id), {})
+        for channel in stored.channels:
+            spec = graph.channels[channel]
+            holds, value = _upstream.delta_value(spec, history.get(channel, {"writes": []}))
+            if holds:
+                found[channel] = value
+    return values
 
 
 def _changed_ids(plan: Plan) -> dict[str, list[str]]:

@@ -160,6 +160,8 @@ class Materialise:
     checkpoint_ns: str
     checkpoint_id: str
     channels: tuple[str, ...]
+    versions: tuple[str, ...] = ()
+    """Each channel's version at the checkpoint, as planned: the values go under it."""
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
-from retaining_saver._engine import RetentionReport, retention_pass
+from retaining_saver._engine import RetentionReport, prune_pass, retention_pass
 from retaining_saver._errors import CleanupPermissionError, UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend, StorageStats
 
 
@@ -23,6 +24,12 @@ class MaintenanceMixin:
 
     backend: Backend | None
     performer: Performer
+    # The history caches' purge around a whole-thread deletion, and an unsupported
+    # saver's own prune (see `CachePurgeMixin`).
+    delete_thread: Callable[[str], Any]
+    adelete_thread: Callable[[str], Awaitable[Any]]
+    _inner_prune: Callable[[Sequence[str], str], Any]
+    _inner_aprune: Callable[[Sequence[str], str], Awaitable[Any]]
     policy: RetentionPolicy
     locks: ThreadLocks
     reclaimed: ReclaimedIds
@@ -157,6 +164,66 @@ class MaintenanceMixin:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             after = page[-1]
 
+    def prune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", delta_graph: Any = None
+    ) -> Any:
+        """Prune the given threads: `"keep_latest"` keeps only the latest checkpoint of
+        each namespace, `"delete"` deletes the threads, as upstream's `prune` means.
+
+        On a supported saver (whether or not it implements `prune` itself),
+        `"keep_latest"` runs the engine with `keep_latest`: also kept are a
+        childless checkpoint's pending writes (with its chain to the head's
+        line), explicit ids, and each kept checkpoint's DeltaChannel values,
+        stored whole at it with `delta_graph` (the threads' compiled graph),
+        else rebuilt from the ancestors it keeps. An unsupported saver's own
+        `prune` runs instead.
+
+        Raises:
+            ValueError: If `strategy` is neither.
+            TypeError: If `thread_ids` is not a collection of thread id strings.
+        """
+        if self.backend is None:
+            return self._inner_prune(thread_ids, strategy)  # what it answers, as bare
+        ids = self._prune_ids(thread_ids, strategy)
+        for thread_id in ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            # Its policy takes no duplicate (no clone's id to remember).
+            with self.locks.hold(thread_id), self._permission_named():
+                drive(self._prune_pass(thread_id, delta_graph), self.performer)
+        return None
+
+    async def aprune(
+        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", delta_graph: Any = None
+    ) -> Any:
+        """Async `prune`."""
+        if self.backend is None:
+            return await self._inner_aprune(thread_ids, strategy)
+        ids = self._prune_ids(thread_ids, strategy)
+        for thread_id in ids:
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+                continue
+            flow = self._prune_pass(thread_id, delta_graph)
+            async with self.locks.ahold(thread_id):
+                with self._permission_named():
+                    await adrive(flow, self.performer)
+        return None
+
+    def _prune_pass(self, thread_id: str, delta_graph: Any) -> Flow[Applied]:
+        policy = self._policy(_keep_latest(delta_graph))
+        return prune_pass(thread_id, self._require_backend(), policy, datetime.now(UTC))
+
+    def _prune_ids(self, thread_ids: Sequence[str], strategy: str) -> list[str]:
+        validate.require(
+            strategy in PRUNE_STRATEGIES,
+            ValueError,
+            f"strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}",
+        )
+        found = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+        return list(found or ())
+
     def storage_stats(self, thread_id: str | None = None) -> StorageStats:
         """Rows and bytes per table for one thread, or for the whole store."""
         validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
@@ -201,6 +268,20 @@ class MaintenanceMixin:
         validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         backend = self._require_backend()
         return await backend.aread(backend.stats(thread_id))
+
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def _keep_latest(delta_graph: Any) -> RetentionPolicy:
+    """What `prune(strategy="keep_latest")` runs: every namespace's latest checkpoint,
+    whatever its age (the call is the explicit TTL), and what the rules keep with it."""
+    return RetentionPolicy(
+        trailing_duration_leaves=False,
+        keep_latest=True,
+        history_min_age=timedelta(0),
+        delta_graph=delta_graph,
+    )
 
 
 def _compactor(backend: Backend) -> Any:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._lineage import CheckpointNode
+
+if TYPE_CHECKING:
+    from langgraph.pregel import Pregel
 
 LeafPredicate = Callable[[CheckpointNode], bool]
 """Whether a checkpoint carries an app's metadata-only marker (replaces the default)."""
@@ -80,7 +83,7 @@ class RetentionPolicy:
     history_min_age: timedelta | None = None
     keep_step: StepPredicate | None = None
     keep_latest: bool = False
-    delta_graph: Any = None
+    delta_graph: Pregel[Any, Any, Any, Any] | None = None
     materializable: frozenset[str] = field(init=False, default=frozenset())
     """The root namespace's DeltaChannels `delta_graph` declares: whose values a pass may
     materialise."""
@@ -139,4 +142,10 @@ def _delta_channels_of(graph: Any) -> frozenset[str]:
         )
     from langgraph.channels import DeltaChannel
 
+    from retaining_saver.backends import _upstream
+
+    try:
+        _upstream.delta_snapshot(None)
+    except ImportError:  # no snapshot type to store a value as: keep the walks instead
+        return frozenset()
     return frozenset(name for name, spec in channels.items() if isinstance(spec, DeltaChannel))

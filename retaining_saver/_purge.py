@@ -11,7 +11,8 @@ from retaining_saver._effects import Invalidate, Performer
 
 
 class CachePurgeMixin:
-    """`delete_thread`, `prune` and `delete_for_runs`, with the history caches purged.
+    """`delete_thread`, an unsupported saver's `prune`, and `delete_for_runs`, with the
+    history caches purged.
 
     A purge that fails before the deletion stops it; the inner saver's result
     is returned unchanged.
@@ -26,12 +27,13 @@ class CachePurgeMixin:
     async def adelete_thread(self, thread_id: str) -> Any:
         return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+    def _inner_prune(self, thread_ids: Sequence[str], strategy: str) -> Any:
+        """The inner saver's own `prune`, for a saver whose storage is not supported."""
         return self._purging(
             _thread_list(thread_ids), lambda: self.inner.prune(thread_ids, strategy=strategy)
         )
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Any:
+    async def _inner_aprune(self, thread_ids: Sequence[str], strategy: str) -> Any:
         deleting = self.inner.aprune(thread_ids, strategy=strategy)
         return await self._apurging(_thread_list(thread_ids), deleting)
 

@@ -5,9 +5,11 @@ lineage. Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
 then `leaf_verdict` about the leaf and parent rows it read by primary key.
 Nothing else decides. Backends only re-check, inside the deleting
-transaction, the preconditions a `Deletion` names; Postgres does it in SQL
-(`RECLAIM_LEAF_SQL`), asks `untaken_skip` why when it took nothing, and
-tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
+transaction, the preconditions a `Deletion` names. Postgres also judges a
+trailing leaf inside the statement that reads the head (`ADMIT_AND_READ_SQL`),
+by this module's marker bound as data (`MarkerShape`), and in the one that
+takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking `untaken_skip` why when
+it took nothing); tests/test_reclaim_guard.py holds both to `leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
@@ -20,7 +22,10 @@ tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 | beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
 |                              | (root,    | its newest `history_keep_runs` runs (0: older |
 |                              | graft)    | than the head), or in a branch forked there;  |
-|                              |           | older than `history_min_age`. The oldest kept |
+|                              |           | under `keep_latest`, every checkpoint of a    |
+|                              |           | namespace but its head; a subgraph checkpoint |
+|                              |           | whose root checkpoint goes (below). Older     |
+|                              |           | than `history_min_age`. The oldest kept       |
 |                              |           | checkpoint becomes a root (parent None)       |
 | compacted super-step         | opt-in    | a `loop` checkpoint of a head-line run        |
 |                              | (graft)   | strictly between the run's first and last     |
@@ -30,10 +35,24 @@ tests/test_reclaim_guard.py holds that statement to `leaf_verdict`.
 
 A run is the checkpoints of a line from a `source == "input"` checkpoint up to
 the last before the next input checkpoint (what precedes the first input is a
-run of its own). The history rules only read lineage: they keep no value
-alive by rewriting it, so a thread whose graph has a DeltaChannel (whose
-values are rebuilt from ancestors' writes) keeps everything they would remove.
-They leave other namespaces alone, and a namespace with a missing row whole.
+run of its own).
+
+Subgraph namespaces go with the root's runs: a subgraph checkpoint names the
+root checkpoint it was written under (`parents[""]`) and goes when that one
+goes, and only then. A subgraph call's namespace (`node:task_id`) goes whole
+or stays; a `checkpointer=True` subgraph's (no task id) keeps its head, the
+subgraph's memory. A namespace that does not name its roots is left alone
+(under `keep_latest`, it keeps its latest). Only subgraph checkpoints that
+stay whatever the runs do (a head, a protection) keep the root checkpoints
+they name (`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none.
+
+DeltaChannels (named in `counters_since_delta_snapshot` metadata) rebuild a
+value from ancestors' writes back to the nearest checkpoint that stores it
+(`_walk`). No rule cuts such a walk of a checkpoint it keeps: the walk stays
+(`delta-history`), or, at a root the history rules make in the root
+namespace and for the channels `RetentionPolicy.delta_graph` declares, the
+value is stored whole there first (`Plan.materialise`). A thread marked by
+LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 
 | Protection             | Meaning                                                        |
 |------------------------|----------------------------------------------------------------|
@@ -49,12 +68,12 @@ They leave other namespaces alone, and a namespace with a missing row whole.
 | fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
 | not-enabled            | deletable shape whose rule the policy leaves off               |
 | capped                 | deletable, deferred by `max_delete_per_run`; a history unit    |
-|                        | (a removed stretch with its graft or root) is deferred whole   |
+|                        | (a removed stretch with its graft or root, and the subgraph    |
+|                        | checkpoints that go with it) is deferred whole                 |
 | parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
 |                        | checkpoint's parent link is never rewritten                    |
-| delta-history          | a history rule would remove it, but the thread has a delta     |
-|                        | channel (`counters_since_delta_snapshot` in some metadata):    |
-|                        | its writes may be on a kept checkpoint's rebuild walk          |
+| delta-history          | on a kept checkpoint's walk back to a delta channel's stored   |
+|                        | value: the value there is rebuilt from its writes              |
 | fork-point             | super-step with several children: branches keep their base     |
 | keep-step              | super-step the policy's `keep_step` keeps                      |
 | live-run               | super-step of the head's run while the head owns writes        |
@@ -138,6 +157,9 @@ MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
 DELTA_METADATA_KEY = "counters_since_delta_snapshot"
 """The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
+DELTA_UNNAMED_KEY = "delta_writes_versioned"
+"""The metadata key LangGraph.js marks a DeltaChannel graph's threads with, without
+naming its channels: such a thread keeps all its history."""
 ROOT_NAMESPACE = ""
 
 
@@ -345,11 +367,15 @@ class _Planner:
             freed_blobs=_freed_blobs(self.lineage, done),
             roots=roots,
             materialise=tuple(
-                Materialise(r.checkpoint_ns, r.checkpoint_id, channels)
+                Materialise(r.checkpoint_ns, r.checkpoint_id, channels, self._versions(r, channels))
                 for r in roots
                 if (channels := history.materialise.get((r.checkpoint_ns, r.checkpoint_id)))
             ),
         )
+
+    def _versions(self, root: Root, channels: Sequence[str]) -> tuple[str, ...]:
+        versions = self.lineage.nodes[(root.checkpoint_ns, root.checkpoint_id)].channel_versions
+        return tuple(str(versions[c]) for c in channels)
 
     def _room_left(self, planned: int) -> int | None:
         cap = self.policy.max_delete_per_run
@@ -574,6 +600,9 @@ class _History:
         self.units: list[_HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
+        self.unnamed_delta = any(
+            DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
+        )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
         # keep_latest none are, as upstream's prune keeps none.
         self.named_parents: set[NodeKey] = (
@@ -587,8 +616,11 @@ class _History:
         heads = self._heads()
         others = sorted(ns for ns in heads if ns != ROOT_NAMESPACE)
         if self.policy.keep_latest:
-            for ns in [ROOT_NAMESPACE, *others] if ROOT_NAMESPACE in heads else others:
-                self._plan(heads[ns], self._all_but_head)
+            if ROOT_NAMESPACE in heads:
+                self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
+            for ns in others:
+                gone = not _is_persistent(ns) and self._names_its_roots(ns)
+                self._plan(heads[ns], self._with_root_runs if gone else self._all_but_head)
             return
         rooted = [ns for ns in others if self._names_its_roots(ns)]
         # Only the subgraph checkpoints that stay whatever the root's runs do keep theirs:
@@ -649,8 +681,11 @@ class _History:
             for key in self.ns_scope - spare
             if (ROOT_NAMESPACE, _root_of(self.lineage.nodes[key])) in self.removed
         }
-        # A task's namespace holds that task's state alone: it goes whole or stays.
-        return removal if spare or len(removal) == len(self.ns_scope) else {}
+        if spare or len(removal) == len(self.ns_scope):
+            return removal
+        # A task's namespace holds that task's state alone: it goes whole, or it stays
+        # (under keep_latest, as its latest checkpoint).
+        return self._all_but_head(head, line) if self.policy.keep_latest else {}
 
     def _sticky(self, ns: str, head: NodeKey) -> set[NodeKey]:
         """What of a rooted subgraph namespace stays whatever its root checkpoints do."""
@@ -676,6 +711,8 @@ class _History:
         removal = candidates(head, line)
         rescued = self._rescued(removal)
         rescued.update({k: p for k, p in self.spared.items() if k not in removal})
+        if self.unnamed_delta:
+            rescued.update(dict.fromkeys(removal, Protection.DELTA_HISTORY))
         removed = {k: r for k, r in removal.items() if k not in rescued}
         if self.delta:
             walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)

@@ -56,7 +56,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._stamps import OwnStamps
 from retaining_saver._writes import WritesMixin, pinned_to, well_formed
-from retaining_saver.backends import backend_for
+from retaining_saver.backends import backend_for, backend_name
 from retaining_saver.backends._base import HeadReader, OneRoundBackend
 
 logger = logging.getLogger("retaining_saver")
@@ -189,6 +189,12 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         self.reclaimed = ReclaimedIds(reclaimed_id_ttl)
         if self.backend is not None:
             self.backend.reclaimed_ttl = reclaimed_id_ttl
+
+    @classmethod
+    def provided_for(cls, inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
+        """`prune` and `aprune` on every supported saver: the engine's, which keeps
+        DeltaChannel values and pending writes (see `MaintenanceMixin.prune`)."""
+        return frozenset({"prune", "aprune"}) if backend_name(inner) is not None else frozenset()
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Self:
         """The inner saver's allowlist clone, wrapped; locks and counters are shared."""

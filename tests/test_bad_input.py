@@ -186,6 +186,7 @@ POLICY_BAD: dict[str, list[Any]] = {
     "frozenset[str]": [None, 0, "abc", b"ab", [1], [None], object(), True],
     "LeafPredicate | None": [0, "f", b"", [], {}, True, object()],
     "StepPredicate | None": [0, "f", b"", [], {}, True, object()],
+    "Pregel[Any, Any, Any, Any] | None": [0, "g", b"", [], {}, True, object()],
 }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -28,9 +28,16 @@ from retaining_saver._rules import (
     LeafFacts,
     Lineage,
     MarkerShape,
+    NodeKey,
     Plan,
     Root,
     Skip,
+)
+from retaining_saver.backends._apply import (
+    Applied,
+    ParentChange,
+    RowKey,
+    apply_plan,
 )
 
 T = TypeVar("T")
@@ -79,17 +86,6 @@ class Integrity:
     @property
     def clean(self) -> bool:
         return not (self.dangling_parents or self.orphan_writes or self.orphan_blobs)
-
-
-@dataclass
-class Applied:
-    """What carrying out a plan did, after re-checking each step in the transaction."""
-
-    deleted: list[Deletion] = field(default_factory=list)
-    dropped: list[Deletion] = field(default_factory=list)
-    grafted: list[Graft] = field(default_factory=list)
-    rooted: list[Root] = field(default_factory=list)
-    freed_blobs: list[BlobKey] = field(default_factory=list)
 
 
 class Backend(ABC):
@@ -215,9 +211,9 @@ class Backend(ABC):
         nothing they prove can have changed; a backend that reads them outside
         its delete must re-check them in the delete itself.
         """
-        return (yield from self._delete(thread_id, deletion))
+        return (yield from self.delete_as_planned(thread_id, deletion))
 
-    def _delete(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+    def delete_as_planned(self, thread_id: str, deletion: Deletion) -> Op[bool]:
         """Delete `deletion`'s checkpoint; a clone's id keeps resolving to what it cloned."""
         ns, checkpoint_id = deletion.checkpoint_ns, deletion.checkpoint_id
         deleted = yield from self.delete_checkpoint(thread_id, ns, checkpoint_id)
@@ -268,6 +264,34 @@ class Backend(ABC):
         """Delete every reclaim record of `thread_id`, once its checkpoints are gone."""
 
     @abstractmethod
+    def children_of(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, set[str]]]:
+        """The children of each named checkpoint that has any, by its id."""
+
+    @abstractmethod
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
+        """Point each checkpoint at its new parent (None: a root), each only if it still
+        has the parent the change names; how many changed."""
+
+    @abstractmethod
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
+        """Delete each checkpoint that still has the parent named, with its writes rows;
+        how many were deleted."""
+
+    @abstractmethod
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]:
+        """Store each channel's value whole at the checkpoint, under the version given with
+        it, as LangGraph stores a DeltaChannel snapshot (`_upstream.delta_snapshot`);
+        False, storing nothing, if the checkpoint is gone or holds other versions."""
+
+    @abstractmethod
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         """Point `graft.child_id` at `graft.new_parent_id`."""
 
@@ -295,32 +319,15 @@ class Backend(ABC):
 
     # Shared
 
-    def apply_plan(self, thread_id: str, plan: Plan) -> Op[Applied]:
-        """Carry out `plan`, re-checking every graft and deletion as it goes."""
-        applied = Applied()
-        for graft in plan.grafts:
-            ids = [graft.child_id, *graft.via, graft.new_parent_id]
-            now = yield from self.load_nodes(thread_id, graft.checkpoint_ns, ids)
-            if _rules.graft_holds(graft, now):
-                yield from self.reparent(thread_id, graft)
-                applied.grafted.append(graft)
-        for root in plan.roots:
-            ids = [root.checkpoint_id, *root.via]
-            now = yield from self.load_nodes(thread_id, root.checkpoint_ns, ids)
-            if _rules.root_holds(root, now):
-                yield from self.make_root(thread_id, root)
-                applied.rooted.append(root)
-        for deletion in plan.deletions:
-            if (yield from self._deletion_holds(thread_id, deletion)) and (
-                yield from self._delete(thread_id, deletion)
-            ):
-                applied.deleted.append(deletion)
-            else:
-                applied.dropped.append(deletion)
-        if self.stores_blobs and plan.freed_blobs and applied.deleted:
-            freed = yield from self.delete_unreferenced_blobs(thread_id, plan.freed_blobs)
-            applied.freed_blobs.extend(freed)
-        return applied
+    def apply_plan(
+        self,
+        thread_id: str,
+        plan: Plan,
+        values: Mapping[NodeKey, Mapping[str, Any]] | None = None,
+    ) -> Op[Applied]:
+        """Carry out `plan`, re-checked on the rows as they are now (see `_apply`);
+        `values`: the channel values each `Materialise` stores."""
+        return (yield from apply_plan(self, thread_id, plan, values or {}))
 
     def reclaim_leaf(
         self,
@@ -346,7 +353,8 @@ class Backend(ABC):
         taken = yield from self.take_leaf(thread_id, verdict)
         return facts if taken else Skip.PRECONDITION_CHANGED
 
-    def _deletion_holds(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+    def deletion_holds_now(self, thread_id: str, deletion: Deletion) -> Op[bool]:
+        """Whether `deletion` holds on the rows as they are now, each read for it."""
         ns = deletion.checkpoint_ns
         ids = [deletion.checkpoint_id] + ([deletion.clone_of] if deletion.clone_of else [])
         now = yield from self.load_nodes(thread_id, ns, ids)

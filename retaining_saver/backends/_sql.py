@@ -48,7 +48,6 @@ class SqlTexts:
     """
 
     select_lineage: str
-    select_write_counts: str
     select_nodes: str
     select_head_node: str
     select_has_children: str
@@ -67,6 +66,7 @@ class SqlTexts:
     select_first_thread_ids: str
     select_thread_ids_after: str
     select_integrity: str
+    select_children: str
 
     @classmethod
     def named(cls, constants: Mapping[str, Any]) -> SqlTexts:
@@ -102,12 +102,14 @@ class SqlBackend(HeadReader):
 
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
         rows = yield Statement(self.sql.select_lineage, (str(thread_id),), fetch=True)
-        counts = yield Statement(self.sql.select_write_counts, (str(thread_id),), fetch=True)
-        owned = {(r["checkpoint_ns"], r["checkpoint_id"]): r["write_count"] for r in counts}
-        return Lineage.of(
-            thread_id,
-            (self._node(r, owned.get((r["checkpoint_ns"], r["checkpoint_id"]), 0)) for r in rows),
-        )
+        lineage = Lineage.of(thread_id, (self._node(r, r["write_count"]) for r in rows))
+        return (yield from self._with_stored(lineage))
+
+    def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
+        """`lineage`, each node knowing which channels it stores, where `_node` could not
+        tell (by default it can)."""
+        yield from ()
+        return lineage
 
     def load_nodes(
         self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
@@ -168,6 +170,16 @@ class SqlBackend(HeadReader):
         rows = yield Statement(self.sql.select_reclaimed_table, fetch=True)
         # SQLite answers a row only if the table exists; Postgres one row saying whether.
         return bool(rows) and bool(rows[0]["found"])
+
+    def children_of(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, set[str]]]:
+        params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
+        rows = yield Statement(self.sql.select_children, params, fetch=True)
+        found: dict[str, set[str]] = {}
+        for row in rows:
+            found.setdefault(row["parent_id"], set()).add(row["checkpoint_id"])
+        return found
 
     def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
         params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)

@@ -16,7 +16,7 @@ Deletions and the lineage reads use only the tables' documented columns.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -52,6 +52,35 @@ SQLITE_ATTRIBUTES = ("_has_task_path", "lock", "conn")
 AIOSQLITE_ATTRIBUTES = ("_execute",)
 
 MEMORY_ATTRIBUTES = ("storage", "writes", "blobs", "_load_blobs", "_ordered_writes")
+
+
+def delta_snapshot(value: Any) -> Any:
+    """`value` as LangGraph stores a DeltaChannel's value whole: its `_DeltaSnapshot`
+    (langgraph-checkpoint's serde, a private name), which every saver serializes and
+    every reader of the channel unwraps.
+
+    Raises:
+        ImportError: If the installed langgraph-checkpoint has no such type; values
+            are then never materialised (see `RetentionPolicy.materializable`).
+    """
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    return _DeltaSnapshot(value)
+
+
+def delta_value(spec: Any, history: Mapping[str, Any]) -> tuple[bool, Any]:
+    """What a DeltaChannel `spec` holds once rebuilt from `history` (a saver's
+    `get_delta_channel_history` entry), as LangGraph's loader rebuilds it: whether it
+    holds a value, and the value. The empty seed is LangGraph's private `MISSING`."""
+    from langgraph._internal._typing import MISSING
+    from langgraph.errors import EmptyChannelError
+
+    channel = spec.from_checkpoint(history.get("seed", MISSING))
+    channel.replay_writes(history.get("writes", []))
+    try:
+        return True, channel.get()
+    except EmptyChannelError:
+        return False, None
 
 
 def _sha256(text: str) -> str:

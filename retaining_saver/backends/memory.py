@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
+from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Backend,
     Integrity,
@@ -29,6 +30,7 @@ from retaining_saver.backends._base import (
     drive_statements,
     tuple_configs,
 )
+from retaining_saver.backends._upstream import delta_snapshot
 
 Statement = Callable[[], Any]
 
@@ -108,15 +110,27 @@ class MemoryBackend(Backend):
         checkpoint = self.saver.serde.loads_typed(checkpoint_typed)
         metadata = self.saver.serde.loads_typed(metadata_typed)
         writes = self.saver.writes.get((thread_id, ns, checkpoint_id)) or {}
+        versions = checkpoint.get("channel_versions", {})
         return CheckpointNode(
             checkpoint_ns=ns,
             checkpoint_id=checkpoint_id,
             parent_id=parent_id,
-            channel_versions=checkpoint.get("channel_versions", {}),
+            channel_versions=versions,
             versions_seen=checkpoint.get("versions_seen", {}),
             write_count=len(writes),
             metadata=metadata,
             ts=checkpoint.get("ts", ""),
+            stored=self._stored(thread_id, ns, versions),
+        )
+
+    def _stored(self, thread_id: str, ns: str, versions: Mapping[str, Any]) -> frozenset[str]:
+        """The channels whose value a blob holds at their version (`empty` holds none)."""
+        blobs = self.saver.blobs
+        return frozenset(
+            channel
+            for channel, version in versions.items()
+            if (blob := blobs.get((thread_id, ns, channel, version))) is not None
+            and blob[0] != "empty"
         )
 
     def _iter_nodes(self, thread_id: str) -> Iterator[CheckpointNode]:
@@ -210,20 +224,84 @@ class MemoryBackend(Backend):
         return newest
 
     def delete_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
+        deleted: bool = yield lambda: self._drop_row(thread_id, checkpoint_ns, checkpoint_id)
+        return deleted
+
+    def _drop_row(self, thread_id: str, ns: str, checkpoint_id: str, *, parent: Any = ...) -> bool:
+        """Delete one row (if it still has `parent`, when given) and its writes, undoably."""
+        rows = self._namespaces(thread_id).get(ns, {})
+        if checkpoint_id not in rows or (parent is not ... and rows[checkpoint_id][2] != parent):
+            return False
+        _drop(rows, [checkpoint_id])
+        _drop(self.saver.writes, [(thread_id, ns, checkpoint_id)])
+        return True
+
+    def children_of(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, set[str]]]:
+        def statement() -> dict[str, set[str]]:
+            wanted, found = set(ids), dict[str, set[str]]()
+            for child_id, row in self._namespaces(thread_id).get(checkpoint_ns, {}).items():
+                if row[2] in wanted:
+                    found.setdefault(row[2], set()).add(child_id)
+            return found
+
+        children: dict[str, set[str]] = yield statement
+        return children
+
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
+        def statement() -> int:
+            changed = 0
+            for ns, child_id, old, new in changes:
+                rows = self._namespaces(thread_id).get(ns, {})
+                there = new is None or new in rows
+                if child_id in rows and rows[child_id][2] == old and there:
+                    _set_row(rows, child_id, new)
+                    changed += 1
+            return changed
+
+        changed: int = yield statement
+        return changed
+
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
+        def statement() -> int:
+            deleted = 0
+            for ns, checkpoint_id, parent, consumed in rows:
+                stored = self._namespaces(thread_id).get(ns, {})
+                owns = bool(self.saver.writes.get((thread_id, ns, checkpoint_id)))
+                if _names_as_parent(stored, checkpoint_id) or (owns and not consumed):
+                    continue
+                deleted += self._drop_row(thread_id, ns, checkpoint_id, parent=parent)
+            return deleted
+
+        deleted: int = yield statement
+        return deleted
+
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]:
+        """Each value as the saver stores a snapshot: a blob at the channel's version."""
+
         def statement() -> bool:
-            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-            row = rows.pop(checkpoint_id, None)
+            row = self._namespaces(thread_id).get(checkpoint_ns, {}).get(checkpoint_id)
             if row is None:
                 return False
-            key = (thread_id, checkpoint_ns, checkpoint_id)
-            writes = self.saver.writes.pop(key, None)
-            _journal(lambda: rows.__setitem__(checkpoint_id, row))
-            if writes is not None:
-                _journal(lambda: self.saver.writes.__setitem__(key, writes))
+            versions = self.saver.serde.loads_typed(row[0]).get("channel_versions", {})
+            if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
+                return False
+            for channel, (_, value) in values.items():
+                key = (thread_id, checkpoint_ns, channel, versions[channel])
+                _drop(self.saver.blobs, [key])
+                self.saver.blobs[key] = self.saver.serde.dumps_typed(delta_snapshot(value))
+                _journal(partial(self.saver.blobs.pop, key, None))
             return True
 
-        deleted: bool = yield statement
-        return deleted
+        stored: bool = yield statement
+        return stored
 
     def _records(self) -> dict[tuple[str, str, str], Any]:
         with _RECLAIMED_LOCK:

@@ -54,7 +54,8 @@ from psycopg.types.json import Jsonb
 
 from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, MarkerShape, Skip
+from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, MarkerShape, Skip
+from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     OneRoundBackend,
     Op,
@@ -65,6 +66,7 @@ from retaining_saver.backends._base import (
     tuple_configs,
 )
 from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
+from retaining_saver.backends._upstream import delta_snapshot
 
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
@@ -73,19 +75,6 @@ _NODE_COLUMNS = """
     c.checkpoint ->> 'ts' AS ts,
     c.metadata"""
 
-SELECT_LINEAGE_SQL = f"""
-SELECT {_NODE_COLUMNS}
-FROM checkpoints AS c
-WHERE c.thread_id = %s
-"""
-
-SELECT_WRITE_COUNTS_SQL = """
-SELECT checkpoint_ns, checkpoint_id, count(*) AS write_count
-FROM checkpoint_writes
-WHERE thread_id = %s
-GROUP BY checkpoint_ns, checkpoint_id
-"""
-
 _WRITE_COUNT_COLUMN = """
     (
         SELECT count(*) FROM checkpoint_writes AS w
@@ -93,6 +82,12 @@ _WRITE_COUNT_COLUMN = """
             AND w.checkpoint_ns = c.checkpoint_ns
             AND w.checkpoint_id = c.checkpoint_id
     ) AS write_count"""
+
+SELECT_LINEAGE_SQL = f"""
+SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
+FROM checkpoints AS c
+WHERE c.thread_id = %s
+"""
 
 SELECT_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
@@ -419,6 +414,98 @@ UPDATE checkpoints SET parent_checkpoint_id = NULL
 WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
 """
 
+SELECT_CHILDREN_SQL = """
+SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
+WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = ANY(%s::text[])
+"""
+
+# For a thread with DeltaChannels (`channels`): which of them each checkpoint stores,
+# inline (a snapshot's marker) or as a blob at its version, as the saver's delta walk
+# probes it. Not run for other threads: it probes the blob table per channel.
+SELECT_STORED_SQL = """
+SELECT c.checkpoint_ns, c.checkpoint_id,
+    ARRAY(
+        SELECT v.key FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+        WHERE v.key = ANY(%s::text[])
+            AND (
+                c.checkpoint -> 'channel_values' ? v.key
+                OR EXISTS (
+                    SELECT 1 FROM checkpoint_blobs AS b
+                    WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                        AND b.channel = v.key AND b.version = v.value AND b.type <> 'empty'
+                )
+            )
+    ) AS stored
+FROM checkpoints AS c
+WHERE c.thread_id = %s
+"""
+
+# A plan's re-parenting and deletions in one statement each, every row guarded by what
+# it proved (see `_apply`): the parent it has, the new parent still there; no child but
+# those deleted with it, no writes unless consumed. The caller compares the rows changed
+# with the rows proven. Every probe is by key: flat in the thread's length.
+SET_PARENTS_SQL = """
+UPDATE checkpoints AS c SET parent_checkpoint_id = k.new_parent
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(ns, id, old_parent, new_parent)
+WHERE c.thread_id = %s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+    AND c.parent_checkpoint_id = k.old_parent
+    AND (k.new_parent IS NULL OR EXISTS (
+        SELECT 1 FROM checkpoints AS p
+        WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = k.ns
+            AND p.checkpoint_id = k.new_parent
+    ))
+RETURNING c.checkpoint_id
+"""
+
+DELETE_ROWS_SQL = """
+WITH doomed AS (
+    SELECT * FROM unnest(%(ns)s::text[], %(ids)s::text[], %(parents)s::text[],
+        %(consumed)s::boolean[]) AS k(ns, id, parent, consumed)
+), gone AS (
+    DELETE FROM checkpoints AS c
+    USING doomed AS k
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+        AND c.parent_checkpoint_id IS NOT DISTINCT FROM k.parent
+        AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS x
+            WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = k.ns
+                AND x.parent_checkpoint_id = k.id
+                AND NOT EXISTS (
+                    SELECT 1 FROM doomed AS d WHERE d.ns = k.ns AND d.id = x.checkpoint_id
+                )
+        )
+        AND (k.consumed OR NOT EXISTS (
+            SELECT 1 FROM checkpoint_writes AS w
+            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns
+                AND w.checkpoint_id = k.id
+        ))
+    RETURNING c.checkpoint_ns, c.checkpoint_id
+), writes AS (
+    DELETE FROM checkpoint_writes AS w
+    USING gone AS g
+    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = g.checkpoint_ns
+        AND w.checkpoint_id = g.checkpoint_id
+)
+SELECT count(*) AS deleted FROM gone
+"""
+
+# A value stored whole at a checkpoint, as the saver stores a snapshot: the inline
+# marker (only while the checkpoint holds the version proven), then the blob.
+MARK_STORED_SQL = """
+UPDATE checkpoints
+SET checkpoint = jsonb_set(checkpoint, ARRAY['channel_values', %s], 'true'::jsonb, true)
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+    AND checkpoint -> 'channel_versions' ->> %s = %s
+RETURNING checkpoint_id
+"""
+
+UPSERT_BLOB_SQL = """
+INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version)
+    DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
+"""
+
 # Every (channel, version) the thread's checkpoints in these namespaces still name.
 SELECT_REFERENCED_BLOBS_SQL = """
 SELECT DISTINCT c.checkpoint_ns, v.key AS channel, v.value AS version
@@ -702,6 +789,49 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
             metadata=row["metadata"] or {},
             ts=row["ts"] or "",
         )
+
+    def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
+        """For a thread with DeltaChannels, which of them each checkpoint stores."""
+        channels = sorted(_rules.delta_channels(lineage))
+        if not channels:
+            return lineage
+        rows = yield Statement(SELECT_STORED_SQL, (channels, lineage.thread_id), True)
+        stored = {(r["checkpoint_ns"], r["checkpoint_id"]): frozenset(r["stored"]) for r in rows}
+        return lineage.with_stored(stored)
+
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
+        columns = [list(column) for column in zip(*changes, strict=True)]
+        rows = yield Statement(SET_PARENTS_SQL, (*columns, str(thread_id)), True)
+        return len(rows)
+
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
+        ns, ids, parents, consumed = (list(column) for column in zip(*rows, strict=True))
+        params = {
+            "thread_id": str(thread_id),
+            "ns": ns,
+            "ids": ids,
+            "parents": parents,
+            "consumed": consumed,
+        }
+        found = yield Statement(DELETE_ROWS_SQL, params, True)
+        return int(found[0]["deleted"])
+
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]:
+        """Each value as the saver stores a snapshot: an inline marker and a blob."""
+        for channel, (version, value) in values.items():
+            key = (str(thread_id), checkpoint_ns, checkpoint_id)
+            if not (yield Statement(MARK_STORED_SQL, (channel, *key, channel, version), True)):
+                return False
+            type_, blob = self.saver.serde.dumps_typed(delta_snapshot(value))
+            params = (str(thread_id), checkpoint_ns, channel, version, type_, blob)
+            yield Statement(UPSERT_BLOB_SQL, params)
+        return True
 
     def _ids_param(self, ids: Sequence[str]) -> list[str]:
         """`ids` as a list, which psycopg binds as an array."""

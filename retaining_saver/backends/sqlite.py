@@ -38,7 +38,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -56,8 +56,10 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts
+from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop, tuple_configs
 from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
+from retaining_saver.backends._upstream import delta_snapshot
 
 logger = logging.getLogger("retaining_saver")
 
@@ -123,21 +125,8 @@ SELECT_HEAD_ROW_SQL = (
     "ORDER BY checkpoint_id DESC LIMIT 1"
 )
 
-SELECT_LINEAGE_SQL = """
-SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
-FROM checkpoints
-WHERE thread_id = ?
-"""
-
-SELECT_WRITE_COUNTS_SQL = """
-SELECT checkpoint_ns, checkpoint_id, COUNT(*) AS write_count
-FROM writes
-WHERE thread_id = ?
-GROUP BY checkpoint_ns, checkpoint_id
-"""
-
 # A node's columns and its write count, read from `checkpoints AS c`.
-_NODE_SELECT = """
+_NODE_COLUMNS = """
 SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
     c.metadata,
     (
@@ -147,7 +136,11 @@ SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.check
             AND w.checkpoint_id = c.checkpoint_id
     ) AS write_count
 FROM checkpoints AS c
-WHERE c.thread_id = ? AND c.checkpoint_ns = ?"""
+WHERE c.thread_id = ?"""
+
+SELECT_LINEAGE_SQL = _NODE_COLUMNS
+
+_NODE_SELECT = _NODE_COLUMNS + " AND c.checkpoint_ns = ?"
 
 # The ids come as one JSON array, so the statement text never depends on their number.
 SELECT_NODES_SQL = (
@@ -194,6 +187,48 @@ WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 
 MAKE_ROOT_SQL = """
 UPDATE checkpoints SET parent_checkpoint_id = NULL
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+SELECT_CHILDREN_SQL = """
+SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
+WHERE thread_id = ? AND checkpoint_ns = ?
+    AND parent_checkpoint_id IN (SELECT value FROM json_each(?))
+"""
+
+# A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
+# the parent it has, the new parent still there; no child left, no writes unless consumed.
+SET_PARENT_GUARDED_SQL = """
+UPDATE checkpoints SET parent_checkpoint_id = ?1
+WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
+    AND (?1 IS NULL OR EXISTS (
+        SELECT 1 FROM checkpoints AS p
+        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
+    ))
+RETURNING checkpoint_id
+"""
+
+DELETE_CHECKPOINT_GUARDED_SQL = """
+DELETE FROM checkpoints
+WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND parent_checkpoint_id IS ?4
+    AND NOT EXISTS (
+        SELECT 1 FROM checkpoints AS k
+        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
+    )
+    AND (?5 OR NOT EXISTS (
+        SELECT 1 FROM writes AS w
+        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
+    ))
+RETURNING checkpoint_id
+"""
+
+SELECT_PAYLOAD_SQL = """
+SELECT type, checkpoint FROM checkpoints
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+UPDATE_PAYLOAD_SQL = """
+UPDATE checkpoints SET type = ?, checkpoint = ?
 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 """
 
@@ -362,6 +397,8 @@ def _node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNo
         write_count=write_count,
         metadata=_metadata(row),
         ts=checkpoint.get("ts", ""),
+        # The values inside the payload are the ones stored; the others are rebuilt.
+        stored=frozenset(checkpoint.get("channel_values", {})),
     )
 
 
@@ -537,6 +574,45 @@ class SqliteBackend(SqlBackend):
         """Nothing to do: channel values live inside the checkpoint rows."""
         yield from ()
         return []
+
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
+        """One guarded statement each: in process, there is no round trip to save."""
+        changed = 0
+        for ns, child_id, old, new in changes:
+            params = (new, str(thread_id), ns, child_id, old)
+            changed += len((yield Statement(SET_PARENT_GUARDED_SQL, params)))
+        return changed
+
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
+        deleted = 0
+        for ns, checkpoint_id, parent, consumed in rows:
+            key = (str(thread_id), ns, checkpoint_id)
+            if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
+                yield Statement(DELETE_WRITES_SQL, key)
+                deleted += 1
+        return deleted
+
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]:
+        """Each value as the saver stores a snapshot: inside the checkpoint's payload."""
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(SELECT_PAYLOAD_SQL, key)
+        if not rows:
+            return False
+        checkpoint = self._checkpoint(rows[0])
+        versions = checkpoint.get("channel_versions", {})
+        if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
+            return False
+        stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
+        checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}
+        type_, payload = self.saver.serde.dumps_typed(checkpoint)
+        yield Statement(UPDATE_PAYLOAD_SQL, (type_, payload, *key))
+        return True
 
     # Compaction (SQLite only)
 
