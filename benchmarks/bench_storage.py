@@ -4,8 +4,9 @@
 
 Writes a plain three-node chat (no duration stamps) with about 6.5 KB of new
 message text a turn, for each turn count, on the bare saver. Each thread is
-copied row for row three times, and one engine pass runs on each copy:
-step compaction, the history horizon at N=10, and at N=0. It prints rows and
+copied row for row four times, and one engine pass runs on each copy:
+step compaction, the history horizon at N=10, and at N=0, and
+`prune(strategy="keep_latest")`. It prints rows and
 bytes per thread against the bare thread, and how bytes grow from the shortest
 thread to the longest under each rule against how the live state grows (the
 head checkpoint's own bytes, serialized, uncompressed; Postgres's bytes are
@@ -39,12 +40,16 @@ QUICK_TURNS = (10, 20, 40)
 FULL_TURNS = (50, 100, 200)
 MIN_AGE = timedelta(hours=1)
 LATER = datetime.now(UTC) + timedelta(days=1)  # every checkpoint is older than MIN_AGE
+PRUNE = "keep_latest (prune)"
 RULES: tuple[tuple[str, RetentionPolicy | None], ...] = (
     ("bare", None),
     ("compact", RetentionPolicy(compact_steps=True, history_min_age=MIN_AGE)),
     ("horizon N=10", RetentionPolicy(history_keep_runs=10, history_min_age=MIN_AGE)),
     ("horizon N=0", RetentionPolicy(history_keep_runs=0, history_min_age=MIN_AGE)),
+    (PRUNE, None),
 )
+HORIZON_GOAL = 1.2
+"""Under the horizon, bytes must grow at most this much faster than the live state."""
 
 
 def user_turn(i: int) -> dict[str, Any]:
@@ -149,11 +154,16 @@ def measure(
     found: dict[str, StorageStats] = {}
     clean = True
     for label, policy in RULES:
-        if policy is None:
+        if label == "bare":
             found[label] = saver.enforce_thread_retention(base, dry_run=True).before
             continue
         target = f"{base}-{label}"
         copy(base, target)
+        if policy is None:  # prune(strategy="keep_latest")
+            saver.prune([target])
+            found[label] = saver.storage_stats(target)
+            clean = clean and integrity(inner, target).clean
+            continue
         report = saver.enforce_thread_retention(target, policy, now=LATER)
         assert report.after is not None and not report.dropped, (name, label)
         found[label] = report.after
@@ -188,10 +198,11 @@ def run_backend(
             )
     first, last = min(turns), max(turns)
     (low, low_live), (high, high_live) = by_turns[first], by_turns[last]
-    growth = [
-        [name, label, f"{high[label].bytes / low[label].bytes:.2f}", f"{high_live / low_live:.2f}"]
-        for label, _ in RULES
-    ]
+    growth = []
+    for label, _ in RULES:
+        ratio, live = high[label].bytes / low[label].bytes, high_live / low_live
+        goal = "" if label != "horizon N=10" else ("yes" if ratio <= HORIZON_GOAL * live else "NO")
+        growth.append([name, label, f"{ratio:.2f}", f"{live:.2f}", f"{ratio / live:.2f}", goal])
     return rows, growth
 
 
@@ -230,7 +241,14 @@ def main() -> None:
     )
     _common.print_table(
         f"Growth from {min(turns)} to {max(turns)} turns: bytes under each rule vs live state",
-        ["backend", "rule", "bytes ratio", "live state ratio"],
+        [
+            "backend",
+            "rule",
+            "bytes ratio",
+            "live state ratio",
+            "bytes / live",
+            f"horizon <= {HORIZON_GOAL}x",
+        ],
         growth,
     )
 

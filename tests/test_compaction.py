@@ -51,6 +51,7 @@ POLICIES = {
     "horizon-2+compact": RetentionPolicy(
         history_keep_runs=2, compact_steps=True, history_min_age=HOUR
     ),
+    "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=HOUR),
 }
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
@@ -444,9 +445,10 @@ WHERE c.thread_id = %s
 # it proved (see `_apply`): the parent it has, the new parent still there; no child but
 # those deleted with it, no writes unless consumed. The caller compares the rows changed
 # with the rows proven. Every probe is by key: flat in the thread's length.
+# The rows come as one JSON array, which Python dumps in C and Postgres parses in one go.
 SET_PARENTS_SQL = """
 UPDATE checkpoints AS c SET parent_checkpoint_id = k.new_parent
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(ns, id, old_parent, new_parent)
+FROM jsonb_to_recordset(%s::jsonb) AS k(ns text, id text, old_parent text, new_parent text)
 WHERE c.thread_id = %s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
     AND c.parent_checkpoint_id = k.old_parent
     AND (k.new_parent IS NULL OR EXISTS (
@@ -459,8 +461,8 @@ RETURNING c.checkpoint_id
 
 DELETE_ROWS_SQL = """
 WITH doomed AS (
-    SELECT * FROM unnest(%(ns)s::text[], %(ids)s::text[], %(parents)s::text[],
-        %(consumed)s::boolean[]) AS k(ns, id, parent, consumed)
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS k(ns text, id text, parent text, consumed boolean)
 ), gone AS (
     DELETE FROM checkpoints AS c
     USING doomed AS k
@@ -507,21 +509,20 @@ ON CONFLICT (thread_id, checkpoint_ns, channel, version)
 """
 
 # Every (channel, version) the thread's checkpoints in these namespaces still name.
-SELECT_REFERENCED_BLOBS_SQL = """
-SELECT DISTINCT c.checkpoint_ns, v.key AS channel, v.value AS version
-FROM checkpoints AS c
-CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-WHERE c.thread_id = %s AND c.checkpoint_ns = ANY(%s::text[])
-"""
-
-# Deletes by primary key, one candidate at a time.
+# Each candidate blob, by primary key, that no checkpoint of its namespace still names
+# (in the deleting transaction, after the plan's deletions).
 DELETE_BLOBS_SQL = """
 DELETE FROM checkpoint_blobs AS b
-USING unnest(%s::text[], %s::text[], %s::text[]) AS k(checkpoint_ns, channel, version)
+USING jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
 WHERE b.thread_id = %s
     AND b.checkpoint_ns = k.checkpoint_ns
     AND b.channel = k.channel
     AND b.version = k.version
+    AND NOT EXISTS (
+        SELECT 1 FROM checkpoints AS c
+        WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+            AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
+    )
 RETURNING b.checkpoint_ns, b.channel, b.version
 """
 
@@ -665,6 +666,11 @@ def _text_array(values: tuple[str, ...]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
+_CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
+_ROW_COLUMNS = ("ns", "id", "parent", "consumed")
+_BLOB_COLUMNS = ("checkpoint_ns", "channel", "version")
+
+
 def _blob_key(key: BlobKey) -> BlobKey:
     """`key` as the blob table spells it: versions are TEXT."""
     ns, channel, version = key
@@ -800,19 +806,13 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
         return lineage.with_stored(stored)
 
     def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
-        columns = [list(column) for column in zip(*changes, strict=True)]
-        rows = yield Statement(SET_PARENTS_SQL, (*columns, str(thread_id)), True)
+        found = json.dumps([dict(zip(_CHANGE_COLUMNS, c, strict=True)) for c in changes])
+        rows = yield Statement(SET_PARENTS_SQL, (found, str(thread_id)), True)
         return len(rows)
 
     def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
-        ns, ids, parents, consumed = (list(column) for column in zip(*rows, strict=True))
-        params = {
-            "thread_id": str(thread_id),
-            "ns": ns,
-            "ids": ids,
-            "parents": parents,
-            "consumed": consumed,
-        }
+        doomed = json.dumps([dict(zip(_ROW_COLUMNS, row, strict=True)) for row in rows])
+        params = {"thread_id": str(thread_id), "rows": doomed}
         found = yield Statement(DELETE_ROWS_SQL, params, True)
         return int(found[0]["deleted"])
 
@@ -969,17 +969,10 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
         """
         if not candidates:
             return []
-        namespaces = sorted({ns for ns, _, _ in candidates})
-        params = (str(thread_id), namespaces)
-        rows = yield Statement(SELECT_REFERENCED_BLOBS_SQL, params, True)
-        referenced = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        garbage = [key for key in candidates if _blob_key(key) not in referenced]
-        if not garbage:
-            return []
-        columns = [list(column) for column in zip(*map(_blob_key, garbage), strict=True)]
-        rows = yield Statement(DELETE_BLOBS_SQL, (*columns, str(thread_id)), True)
+        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+        rows = yield Statement(DELETE_BLOBS_SQL, (keys, str(thread_id)), True)
         gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        return [key for key in garbage if _blob_key(key) in gone]
+        return [key for key in candidates if _blob_key(key) in gone]
 
 
 def make_backend(saver: PostgresSaver | AsyncPostgresSaver) -> PostgresBackend:

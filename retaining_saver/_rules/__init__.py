@@ -1,0 +1,182 @@
+"""The retention rules: which checkpoints of a thread may go, and why. No I/O.
+
+Everything that decides a deletion lives in this package, as functions of a
+thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
+leaves, and what a step proved), `_plan` (a thread's plan) and `_history`
+(the history rules). This page is their table of contents. Backends load a `Lineage` and carry out the `Plan` made from it;
+`RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
+then `leaf_verdict` about the leaf and parent rows it read by primary key.
+Nothing else decides. Backends only re-check, inside the deleting
+transaction, the preconditions a `Deletion` names. Postgres also judges a
+trailing leaf inside the statement that reads the head (`ADMIT_AND_READ_SQL`),
+by this module's marker bound as data (`MarkerShape`), and in the one that
+takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking `untaken_skip` why when
+it took nothing); tests/test_reclaim_guard.py holds both to `leaf_verdict`.
+
+| Shape                        | Default   | Deleted when                                  |
+|------------------------------|-----------|-----------------------------------------------|
+| trailing duration-only leaf  | on (E1)   | head of its namespace, marker shape, clone of |
+|                              |           | its parent, owns no writes                    |
+| superseded sibling subtree   | opt-in    | whole subtree off the protected chain, forked |
+| (E2)                         |           | off a present checkpoint, older than the TTL  |
+| duration-only chain link     | opt-in    | clone of its parent, owns no writes; its      |
+|                              | (graft)   | children are re-parented to its parent        |
+| beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
+|                              | (root,    | its newest `history_keep_runs` runs (0: older |
+|                              | graft)    | than the head), or in a branch forked there;  |
+|                              |           | under `keep_latest`, every checkpoint of a    |
+|                              |           | namespace but its head; a subgraph checkpoint |
+|                              |           | whose root checkpoint goes (below). Older     |
+|                              |           | than `history_min_age`. The oldest kept       |
+|                              |           | checkpoint becomes a root (parent None)       |
+| compacted super-step         | opt-in    | a `loop` checkpoint of a head-line run        |
+|                              | (graft)   | strictly between the run's first and last     |
+|                              |           | `loop` checkpoint; older than                 |
+|                              |           | `history_min_age`; the next kept checkpoint   |
+|                              |           | is re-parented onto the previous kept one     |
+
+A run is the checkpoints of a line from a `source == "input"` checkpoint up to
+the last before the next input checkpoint (what precedes the first input is a
+run of its own).
+
+Subgraph namespaces go with the root's runs: a subgraph checkpoint names the
+root checkpoint it was written under (`parents[""]`) and goes when that one
+goes, and only then. A subgraph call's namespace (`node:task_id`) goes whole
+or stays; a `checkpointer=True` subgraph's (no task id) keeps its head, the
+subgraph's memory. A namespace that does not name its roots is left alone
+(under `keep_latest`, it keeps its latest). Only subgraph checkpoints that
+stay whatever the runs do (a head, a protection) keep the root checkpoints
+they name (`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none.
+
+DeltaChannels (named in `counters_since_delta_snapshot` metadata) rebuild a
+value from ancestors' writes back to the nearest checkpoint that stores it
+(`_walk`). No rule cuts such a walk of a checkpoint it keeps: the walk stays
+(`delta-history`), or, at a root the history rules make in the root
+namespace and for the channels `RetentionPolicy.delta_graph` declares, the
+value is stored whole there first (`Plan.materialise`). A thread marked by
+LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
+
+| Protection             | Meaning                                                        |
+|------------------------|----------------------------------------------------------------|
+| head                   | latest checkpoint of a namespace, after its trailing leaves    |
+| ancestor               | on the parent chain of a protected checkpoint                  |
+| explicit               | named in `protect_checkpoint_ids`                              |
+| pending-writes         | owns writes and has no child: live, uncommitted state          |
+| subgraph-parent        | named as `parents[""]` by a checkpoint of another namespace    |
+| duration-link          | duration-only checkpoint a later run forked from (no graft)    |
+| link-on-writes         | duration link whose parent owns writes: a graft would put      |
+|                        | them on its children's delta-history walk, changing its value  |
+| too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
+| fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
+| not-enabled            | deletable shape whose rule the policy leaves off               |
+| capped                 | deletable, deferred by `max_delete_per_run`; a history unit    |
+|                        | (a removed stretch with its graft or root, and the subgraph    |
+|                        | checkpoints that go with it) is deferred whole                 |
+| parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
+|                        | checkpoint's parent link is never rewritten                    |
+| delta-history          | on a kept checkpoint's walk back to a delta channel's stored   |
+|                        | value: the value there is rebuilt from its writes              |
+| fork-point             | super-step with several children: branches keep their base     |
+| keep-step              | super-step the policy's `keep_step` keeps                      |
+| live-run               | super-step of the head's run while the head owns writes        |
+
+Under the history rules, too-young also names a checkpoint younger than
+`history_min_age`, explicit keeps its whole ancestor chain, and any kept
+checkpoint off the head line keeps its chain down to the line (a branch stays
+a branch). Pending-writes and subgraph-parent keep the checkpoint itself,
+which a graft or root may then re-parent.
+
+A missing ancestor row ends a walk: it never raises, and whatever it cannot
+prove unreachable stays.
+"""
+
+from __future__ import annotations
+
+from retaining_saver._lineage import (
+    BlobKey,
+    CheckpointNode,
+    Deletion,
+    Graft,
+    LeafFacts,
+    Lineage,
+    Materialise,
+    NodeKey,
+    Plan,
+    Protection,
+    Reason,
+    Root,
+    Skip,
+)
+from retaining_saver._policy import LeafPredicate, RetentionPolicy
+from retaining_saver._rules._history import (
+    compactable_steps,
+    delta_channels,
+    split_runs,
+    uses_delta_channels,
+)
+from retaining_saver._rules._leaf import (
+    DELTA_METADATA_KEY,
+    DELTA_UNNAMED_KEY,
+    DURATION_MARKER,
+    MAX_STACKED_LEAVES,
+    RUN_HISTORY_KEYS,
+    MarkerShape,
+    deletion_holds,
+    graft_holds,
+    has_marker,
+    is_clone,
+    is_duration_marker,
+    is_duration_metadata,
+    leaf_deletion,
+    leaf_skip,
+    leaf_verdict,
+    marker_shape,
+    may_have_marker,
+    parent_skip,
+    root_holds,
+    untaken_skip,
+)
+from retaining_saver._rules._plan import plan_retention
+
+__all__ = [
+    "DELTA_METADATA_KEY",
+    "DELTA_UNNAMED_KEY",
+    "DURATION_MARKER",
+    "MAX_STACKED_LEAVES",
+    "RUN_HISTORY_KEYS",
+    "BlobKey",
+    "CheckpointNode",
+    "Deletion",
+    "Graft",
+    "LeafFacts",
+    "LeafPredicate",
+    "Lineage",
+    "MarkerShape",
+    "Materialise",
+    "NodeKey",
+    "Plan",
+    "Protection",
+    "Reason",
+    "RetentionPolicy",
+    "Root",
+    "Skip",
+    "compactable_steps",
+    "deletion_holds",
+    "delta_channels",
+    "graft_holds",
+    "has_marker",
+    "is_clone",
+    "is_duration_marker",
+    "is_duration_metadata",
+    "leaf_deletion",
+    "leaf_skip",
+    "leaf_verdict",
+    "marker_shape",
+    "may_have_marker",
+    "parent_skip",
+    "plan_retention",
+    "root_holds",
+    "split_runs",
+    "untaken_skip",
+    "uses_delta_channels",
+]

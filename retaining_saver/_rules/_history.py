@@ -1,0 +1,524 @@
+"""The history rules: the horizon, step compaction and keep_latest, over each namespace;
+subgraph namespaces with their root runs; DeltaChannel walks. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from retaining_saver._lineage import (
+    CheckpointNode,
+    Deletion,
+    Graft,
+    Lineage,
+    NodeKey,
+    Protection,
+    Reason,
+    Root,
+)
+from retaining_saver._rules._leaf import (
+    DELTA_METADATA_KEY,
+    DELTA_UNNAMED_KEY,
+    ROOT_NAMESPACE,
+    _parse_ts,
+)
+
+if TYPE_CHECKING:
+    from retaining_saver._rules._plan import _Planner
+
+
+@dataclass
+class _HistoryUnit:
+    """What a history rule removes in one piece: a stretch with the graft or root that
+    closes the gap, or a branch; and the subgraph checkpoints that go with them.
+
+    `deletions` run children first: the branches forked inside a stretch, then
+    the stretch itself from the kept child's side up.
+    """
+
+    deletions: list[Deletion]
+    grafts: list[Graft] = field(default_factory=list)
+    roots: list[Root] = field(default_factory=list)
+
+    def absorb(self, other: _HistoryUnit) -> None:
+        self.deletions += other.deletions
+        self.grafts += other.grafts
+        self.roots += other.roots
+
+
+class _History:
+    """The history rules (horizon, step compaction, keep_latest) over each namespace.
+
+    Planned once, on construction: `removed` is what the rules delete, `scope`
+    every checkpoint they judged, `materialise` the delta values stored whole
+    at new roots. The planner's `kept` is updated in place.
+
+    The root namespace is judged by its runs (horizon, compaction), or keeps
+    only its head (keep_latest). A subgraph namespace whose checkpoints all
+    name their root checkpoint (`parents[""]`) goes with the root's runs: a
+    checkpoint goes when its root checkpoint goes, except the head of a
+    persistent namespace (a `checkpointer=True` subgraph's memory, with no
+    task id in its name), and it stays when its root checkpoint stays. Under
+    keep_latest every namespace keeps only its head instead; otherwise a
+    namespace that does not name its roots is left alone. A namespace with a
+    missing row is left alone: nothing there is proven.
+    """
+
+    def __init__(self, planner: _Planner, taken: set[NodeKey]) -> None:
+        self.planner = planner
+        self.lineage, self.policy = planner.lineage, planner.policy
+        self.kept = planner.kept
+        self.taken = taken
+        self.scope: set[NodeKey] = set()
+        self.removed: set[NodeKey] = set()
+        self.units: list[_HistoryUnit] = []
+        self.materialise: dict[NodeKey, tuple[str, ...]] = {}
+        self.delta = delta_channels(self.lineage)
+        self.unnamed_delta = any(
+            DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
+        )
+        # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
+        # keep_latest none are, as upstream's prune keeps none.
+        self.named_parents: set[NodeKey] = (
+            set() if self.policy.keep_latest else set(planner.referenced)
+        )
+        if self.policy.history_rules:
+            self._plan_all()
+        planner.history_scope = self.scope
+
+    def _plan_all(self) -> None:
+        heads = self._heads()
+        others = sorted(ns for ns in heads if ns != ROOT_NAMESPACE)
+        if self.policy.keep_latest:
+            if ROOT_NAMESPACE in heads:
+                self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
+            for ns in others:
+                gone = not _is_persistent(ns) and self._names_its_roots(ns)
+                self._plan(heads[ns], self._with_root_runs if gone else self._all_but_head)
+            return
+        rooted = [ns for ns in others if self._names_its_roots(ns)]
+        # Only the subgraph checkpoints that stay whatever the root's runs do keep theirs:
+        # in a namespace left alone, all of them.
+        subgraphs = {k[0] for k in self.lineage.nodes} - {ROOT_NAMESPACE}
+        self.named_parents = {
+            parent
+            for ns in sorted(subgraphs)
+            for key in (self._sticky(ns, heads[ns]) if ns in rooted else self._in_ns(ns))
+            for parent in _parents_named(self.lineage.nodes[key])
+        }
+        if ROOT_NAMESPACE in heads:
+            self._plan(heads[ROOT_NAMESPACE], self._by_runs)
+        root_units = self.units
+        for ns in rooted:
+            self.units = []
+            self._plan(heads[ns], self._with_root_runs)
+            for unit in self.units:
+                root_units = self._tied(root_units, unit)
+        self.units = root_units
+
+    def _heads(self) -> dict[str, NodeKey]:
+        """Each namespace's head as `_trailing_stacks` left it, where no row is missing."""
+        heads: dict[str, NodeKey] = {}
+        for key in self.lineage.nodes:
+            if key not in self.taken and key > heads.get(key[0], ("", "")):
+                heads[key[0]] = key
+        return {ns: k for ns, k in heads.items() if ns not in self.planner.newest_missing}
+
+    def _in_ns(self, ns: str) -> list[NodeKey]:
+        return [k for k in self.lineage.nodes if k[0] == ns]
+
+    def _names_its_roots(self, ns: str) -> bool:
+        """Whether every checkpoint of `ns` names its root checkpoint; in a task's
+        namespace, all the same one (the checkpoint the task ran from)."""
+        roots = {_root_of(self.lineage.nodes[k]) for k in self._in_ns(ns)}
+        return None not in roots and (_is_persistent(ns) or len(roots) == 1)
+
+    # Candidates for removal in the namespace being planned, by key
+
+    def _all_but_head(self, head: NodeKey, line: Sequence[NodeKey]) -> dict[NodeKey, Reason]:
+        return dict.fromkeys(self.ns_scope - {head}, Reason.BEYOND_HORIZON)
+
+    def _by_runs(self, head: NodeKey, line: Sequence[NodeKey]) -> dict[NodeKey, Reason]:
+        runs = split_runs([self.lineage.nodes[k] for k in line])
+        removal: dict[NodeKey, Reason] = {}
+        if self.policy.history_keep_runs is not None:
+            removal.update(dict.fromkeys(self._beyond_horizon(runs), Reason.BEYOND_HORIZON))
+        if self.policy.compact_steps:
+            for key in self._compacted_steps(runs, head):
+                removal.setdefault(key, Reason.COMPACTED_STEP)
+        return removal
+
+    def _with_root_runs(self, head: NodeKey, line: Sequence[NodeKey]) -> dict[NodeKey, Reason]:
+        spare = {head} if _is_persistent(head[0]) else set()
+        removal = {
+            key: Reason.BEYOND_HORIZON
+            for key in self.ns_scope - spare
+            if (ROOT_NAMESPACE, _root_of(self.lineage.nodes[key])) in self.removed
+        }
+        if spare or len(removal) == len(self.ns_scope):
+            return removal
+        # A task's namespace holds that task's state alone: it goes whole, or it stays
+        # (under keep_latest, as its latest checkpoint).
+        return self._all_but_head(head, line) if self.policy.keep_latest else {}
+
+    def _sticky(self, ns: str, head: NodeKey) -> set[NodeKey]:
+        """What of a rooted subgraph namespace stays whatever its root checkpoints do."""
+        self._enter(head)
+        spare = {head} if _is_persistent(ns) else set()
+        everything = dict.fromkeys(self.ns_scope, Reason.BEYOND_HORIZON)
+        kept = set(self._rescued(everything)) | spare
+        walked, _ = self._walks(kept, {k: r for k, r in everything.items() if k not in kept}, [])
+        return kept | walked.keys()
+
+    # Planning one namespace
+
+    def _enter(self, head: NodeKey) -> list[NodeKey]:
+        line = self._line(head)
+        self.on_line = set(line)
+        self.ns_scope = self._descendants(line)
+        return line
+
+    def _plan(self, head: NodeKey, candidates: Callable[..., dict[NodeKey, Reason]]) -> None:
+        line = self._enter(head)
+        self.scope |= self.ns_scope
+        self.spared: dict[NodeKey, Protection] = {}
+        removal = candidates(head, line)
+        rescued = self._rescued(removal)
+        rescued.update({k: p for k, p in self.spared.items() if k not in removal})
+        if self.unnamed_delta:
+            rescued.update(dict.fromkeys(removal, Protection.DELTA_HISTORY))
+        removed = {k: r for k, r in removal.items() if k not in rescued}
+        if self.delta:
+            walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
+            rescued.update(walked)
+            removed = {k: r for k, r in removed.items() if k not in walked}
+            self.materialise.update(materialise)
+        if removed and line[-1] in removed and len(removed) < len(self.ns_scope):
+            removed = {}  # a task's namespace, part of which a protection keeps: all stays
+        for key, protection in rescued.items():
+            if self.kept.get(key) in (None, Protection.ANCESTOR):
+                self.kept[key] = protection
+        for key in removed:
+            self.kept.pop(key, None)
+        self.removed |= removed.keys()
+        self.units += self._units(line, removed)
+
+    def _line(self, head: NodeKey) -> list[NodeKey]:
+        """The head's chain, root first (it ends at a root: no row is missing)."""
+        chain = [head]
+        parent = self.lineage.parent(self.lineage.nodes[head])
+        while parent is not None:
+            chain.append((parent.checkpoint_ns, parent.checkpoint_id))
+            parent = self.lineage.parent(parent)
+        return chain[::-1]
+
+    def _descendants(self, tops: Iterable[NodeKey]) -> set[NodeKey]:
+        found: set[NodeKey] = set()
+        todo = [k for k in tops if k not in self.taken]
+        while todo:
+            key = todo.pop()
+            if key not in found:
+                found.add(key)
+                todo += [k for k in self.planner.children.get(key, []) if k not in self.taken]
+        return found
+
+    def _beyond_horizon(self, runs: Sequence[Sequence[CheckpointNode]]) -> set[NodeKey]:
+        keep = self.policy.history_keep_runs or 0
+        newest = [runs[-1][-1]] if keep == 0 else [n for run in runs[-keep:] for n in run]
+        return self.ns_scope - self._descendants((n.checkpoint_ns, n.checkpoint_id) for n in newest)
+
+    def _compacted_steps(
+        self, runs: Sequence[Sequence[CheckpointNode]], head: NodeKey
+    ) -> Iterable[NodeKey]:
+        live = self.lineage.nodes[head].write_count > 0
+        keep_step = self.policy.keep_step
+        for run in runs:
+            for node in compactable_steps(run):
+                key = (node.checkpoint_ns, node.checkpoint_id)
+                if live and run is runs[-1]:
+                    self.spared[key] = Protection.LIVE_RUN
+                elif len(self.planner.children.get(key, [])) > 1:
+                    self.spared[key] = Protection.FORK_POINT
+                elif keep_step is not None and keep_step(node):
+                    self.spared[key] = Protection.KEEP_STEP
+                else:
+                    yield key
+
+    def _rescued(self, removal: Mapping[NodeKey, Reason]) -> dict[NodeKey, Protection]:
+        """What the protections keep of `removal`, each with the protection that keeps it."""
+        rescued: dict[NodeKey, Protection] = {}
+
+        def keep(key: NodeKey | None, protection: Protection, *, to_root: bool = False) -> None:
+            while key is not None and key in self.lineage.nodes:
+                if key in removal:
+                    rescued.setdefault(key, protection)
+                if not to_root and key in self.on_line:
+                    return
+                protection, key = Protection.ANCESTOR, self.planner._parent_key(key)
+
+        for key in sorted(self.ns_scope):
+            node = self.lineage.nodes[key]
+            if node.checkpoint_id in self.policy.protect_checkpoint_ids:
+                keep(key, Protection.EXPLICIT, to_root=True)
+            if key in self.named_parents:
+                keep(key, Protection.SUBGRAPH_PARENT)
+            if node.write_count and not self.planner._kids(node):
+                keep(key, Protection.PENDING_WRITES)
+            if self._young(node):
+                keep(key, Protection.TOO_YOUNG)
+                keep(self.planner._parent_key(key), Protection.YOUNG_PARENT)
+        return rescued
+
+    def _walks(
+        self,
+        kept: Iterable[NodeKey],
+        removed: Mapping[NodeKey, Any],
+        line: Sequence[NodeKey],
+    ) -> tuple[dict[NodeKey, Protection], dict[NodeKey, tuple[str, ...]]]:
+        """What of `removed` a kept checkpoint's delta value is rebuilt from, to keep; and
+        what to materialise instead, at the root a pass makes.
+
+        A delta channel's value at a checkpoint it does not store is its nearest
+        storing ancestor's value plus every writes row on the way (`_walk`). A
+        kept checkpoint's walks must stay whole, unless its value is stored
+        there first: at the new root of the root namespace, for the channels
+        `delta_graph` declares.
+        """
+        materialise: dict[NodeKey, tuple[str, ...]] = {}
+        root = self._new_root(line, removed)
+        if root is not None:
+            needed = self._unstored(self.lineage.nodes[root])
+            if needed and set(needed) <= self.policy.materializable:
+                materialise[root] = tuple(sorted(needed))
+        walked: dict[NodeKey, Protection] = {}
+        todo = list(kept)
+        while todo:
+            key = todo.pop()
+            node = self.lineage.nodes[key]
+            for channel in self._unstored(node):
+                if channel in materialise.get(key, ()):
+                    continue
+                for step in _walk(self.lineage, node, channel, materialise):
+                    if step in removed and step not in walked:
+                        walked[step] = Protection.DELTA_HISTORY
+                        todo.append(step)
+        still = {k: r for k, r in removed.items() if k not in walked}
+        if root is not None and root in materialise and self._new_root(line, still) != root:
+            del materialise[root]  # walks for other channels kept what is above it
+        return walked, materialise
+
+    def _new_root(self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Any]) -> NodeKey | None:
+        """The oldest kept checkpoint of the root namespace's line, if the pass removes
+        what is above it."""
+        if not line or line[0] not in removed or line[0][0] != ROOT_NAMESPACE:
+            return None
+        return next((k for k in line if k not in removed), None)
+
+    def _unstored(self, node: CheckpointNode) -> list[str]:
+        """The delta channels `node` has a version of but does not store."""
+        stored = node.stored or frozenset()
+        return [c for c in sorted(self.delta) if c in node.channel_versions and c not in stored]
+
+    def _young(self, node: CheckpointNode) -> bool:
+        """Inside `history_min_age`, or of unknown age."""
+        stamp = _parse_ts(node.ts)
+        min_age = self.policy.history_min_age or timedelta(0)
+        return stamp is None or self.planner.now - stamp < min_age
+
+    def _units(
+        self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Reason]
+    ) -> list[_HistoryUnit]:
+        """Each removed stretch of the line with its graft or root; then lone removed branches.
+
+        A namespace removed whole (its head too) is one unit, children first.
+        """
+        if line[-1] in removed:
+            return [_HistoryUnit(self._branch(line[0], removed))]
+        units: list[_HistoryUnit] = []
+        below, stretch = line[-1], list[NodeKey]()
+        for key in reversed(line[:-1]):
+            if key in removed:
+                stretch.append(key)
+                continue
+            if stretch:
+                units.append(self._stretch(below, stretch, key, removed))
+            below, stretch = key, []
+        if stretch:
+            units.append(self._stretch(below, stretch, None, removed))
+        for top in sorted(
+            k
+            for k in removed
+            if k not in self.on_line and self.planner._parent_key(k) not in removed
+        ):
+            units.append(_HistoryUnit(self._branch(top, removed)))
+        return units
+
+    def _stretch(
+        self,
+        child: NodeKey,
+        stretch: Sequence[NodeKey],
+        above: NodeKey | None,
+        removed: Mapping[NodeKey, Reason],
+    ) -> _HistoryUnit:
+        branches = [
+            d
+            for key in stretch
+            for kid in self.planner.children.get(key, [])
+            if kid not in self.on_line
+            for d in self._branch(kid, removed)
+        ]
+        line = [self._deletion(k, removed[k]) for k in stretch]
+        reasons = {removed[k] for k in stretch}
+        reason = (
+            Reason.COMPACTED_STEP if reasons == {Reason.COMPACTED_STEP} else Reason.BEYOND_HORIZON
+        )
+        via = tuple(k[1] for k in stretch)
+        if above is None:
+            return _HistoryUnit(branches + line, roots=[Root(child[0], child[1], via, reason)])
+        graft = Graft(child[0], child[1], via, above[1], reason)
+        return _HistoryUnit(branches + line, grafts=[graft])
+
+    def _branch(self, top: NodeKey, removed: Mapping[NodeKey, Reason]) -> list[Deletion]:
+        order = self.planner._post_order(top, set(removed))
+        return [self._deletion(k, removed[k]) for k in order]
+
+    def _deletion(self, key: NodeKey, reason: Reason) -> Deletion:
+        node = self.lineage.nodes[key]
+        # Their writes were consumed: the next checkpoint already holds what they wrote.
+        return Deletion(
+            key[0], key[1], node.parent_id, reason, writes_consumed=node.write_count > 0
+        )
+
+    def _tied(self, units: list[_HistoryUnit], unit: _HistoryUnit) -> list[_HistoryUnit]:
+        """`units`, with a subgraph namespace's `unit` and every unit removing the root
+        checkpoints its checkpoints were written under made one: capped, they go
+        together or wait together."""
+        nodes = self.lineage.nodes
+        roots = {_root_of(nodes[(d.checkpoint_ns, d.checkpoint_id)]) for d in unit.deletions}
+        ties = [u for u in units if any(d.checkpoint_id in roots for d in u.deletions)]
+        merged = _HistoryUnit([])
+        for tie in [*ties, unit]:
+            merged.absorb(tie)
+        rest = [u for u in units if all(u is not t for t in ties)]
+        at = min((i for i, u in enumerate(units) if any(u is t for t in ties)), default=len(units))
+        before = sum(1 for u in units[:at] if all(u is not t for t in ties))
+        return [*rest[:before], merged, *rest[before:]]
+
+    def capped(self, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
+        """The units that fit in `room` deletions, taken whole, and the ones deferred.
+
+        After the first unit that does not fit, every later one waits too: a
+        subgraph namespace's units follow the root's, and must not go while the
+        root checkpoints they belong to stay.
+        """
+        fitting = len(self.units)
+        for index, unit in enumerate(self.units):
+            if room is not None and len(unit.deletions) > room:
+                fitting = index
+                break
+            if room is not None:
+                room -= len(unit.deletions)
+        return self.units[:fitting], self.units[fitting:]
+
+
+def uses_delta_channels(lineage: Lineage) -> bool:
+    """Whether the thread's graph has a DeltaChannel, told from checkpoint metadata."""
+    return bool(delta_channels(lineage))
+
+
+def delta_channels(lineage: Lineage) -> frozenset[str]:
+    """The thread's DeltaChannels, told from checkpoint metadata.
+
+    LangGraph writes `counters_since_delta_snapshot` (by channel) on the
+    checkpoints of such a graph; not on every one (a snapshot resets it), so
+    any one of them tells. A channel stored at every step is never named, and
+    needs no walk.
+    """
+    found: set[str] = set()
+    for node in lineage.nodes.values():
+        counters = node.metadata.get(DELTA_METADATA_KEY)
+        if isinstance(counters, Mapping):
+            found.update(str(channel) for channel in counters)
+    return frozenset(found)
+
+
+def _walk(
+    lineage: Lineage,
+    node: CheckpointNode,
+    channel: str,
+    materialise: Mapping[NodeKey, Sequence[str]],
+) -> Iterator[NodeKey]:
+    """The checkpoints whose rows rebuild `channel`'s value at `node`, nearest first.
+
+    LangGraph collects the writes of each ancestor from the parent up, and
+    stops at the first that stores the value (its seed, included). An
+    ancestor with no version of the channel ends the walk too (included: its
+    writes may be the ones that created it): nothing above wrote it. A value
+    `materialise` stores counts as stored.
+    """
+    parent = lineage.parent(node)
+    while parent is not None:
+        key = (parent.checkpoint_ns, parent.checkpoint_id)
+        yield key
+        if (
+            channel in (parent.stored or ())
+            or channel in materialise.get(key, ())
+            or channel not in parent.channel_versions
+        ):
+            return
+        parent = lineage.parent(parent)
+
+
+def _parents_named(node: CheckpointNode) -> set[NodeKey]:
+    """The checkpoints of other namespaces `node` names in `metadata["parents"]`."""
+    parents = node.metadata.get("parents")
+    if not isinstance(parents, Mapping):
+        return set()
+    return {
+        (ns, cid)
+        for ns, cid in parents.items()
+        if isinstance(ns, str) and isinstance(cid, str) and ns != node.checkpoint_ns
+    }
+
+
+def _root_of(node: CheckpointNode) -> str | None:
+    """The root checkpoint a subgraph checkpoint was written under (`parents[""]`)."""
+    parents = node.metadata.get("parents")
+    root = parents.get(ROOT_NAMESPACE) if isinstance(parents, Mapping) else None
+    return root if isinstance(root, str) else None
+
+
+def _is_persistent(checkpoint_ns: str) -> bool:
+    """Whether a subgraph namespace is a `checkpointer=True` subgraph's own memory,
+    which outlives each call: its last part names no task (`node:task_id` does)."""
+    return ":" not in checkpoint_ns.rsplit("|", 1)[-1]
+
+
+def split_runs(line: Sequence[CheckpointNode]) -> list[list[CheckpointNode]]:
+    """A line, root first, cut before each `source == "input"` checkpoint.
+
+    What precedes the first input checkpoint is a run of its own.
+    """
+    runs: list[list[CheckpointNode]] = []
+    for node in line:
+        if not runs or node.metadata.get("source") == "input":
+            runs.append([node])
+        else:
+            runs[-1].append(node)
+    return runs
+
+
+def compactable_steps(run: Sequence[CheckpointNode]) -> list[CheckpointNode]:
+    """The super-steps step compaction removes from `run`, before its protections.
+
+    Those are the `loop` checkpoints strictly between the first one (the input
+    applied: regenerate's base) and the last one (where the run ended). The
+    input checkpoint and every `update`/`fork` checkpoint stay; what precedes
+    a thread's first input is no run.
+    """
+    if not run or run[0].metadata.get("source") != "input":
+        return []
+    loops = [n for n in run if n.metadata.get("source") == "loop"]
+    return loops[1:-1]

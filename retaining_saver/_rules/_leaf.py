@@ -1,0 +1,283 @@
+"""The rules about one checkpoint and its parent: markers, clones, leaves, and what a
+deletion, graft or root proved, re-checked on the rows as they are. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from retaining_saver._lineage import (
+    CheckpointNode,
+    Deletion,
+    Graft,
+    LeafFacts,
+    Reason,
+    Root,
+    Skip,
+)
+from retaining_saver._policy import RetentionPolicy
+
+RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
+MAX_STACKED_LEAVES = 3
+"""How many stacked duration leaves one admission reclaims at the most."""
+DELTA_METADATA_KEY = "counters_since_delta_snapshot"
+"""The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
+DELTA_UNNAMED_KEY = "delta_writes_versioned"
+"""The metadata key LangGraph.js marks a DeltaChannel graph's threads with, without
+naming its channels: such a thread keeps all its history."""
+ROOT_NAMESPACE = ""
+
+
+def is_duration_marker(node: CheckpointNode) -> bool:
+    """The default marker rule: a metadata-only checkpoint a run-history writer stamped.
+
+    It looks at shape alone, so it holds on every backend: `source == "update"`
+    and a run-history key. Postgres drops `metadata["writes"]`, so the
+    `runtime_run_duration` write marker is not required.
+    """
+    return is_duration_metadata(node.metadata)
+
+
+def is_duration_metadata(metadata: Mapping[str, Any]) -> bool:
+    """`is_duration_marker`, on a checkpoint's metadata alone."""
+    return DURATION_MARKER.matches(metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerShape:
+    """A marker rule stated as data, so that a store can test it inside a statement.
+
+    Metadata has the marker when its `source` is `source` and it has one of
+    `keys` at its top level. A backend that judges a leaf in SQL binds these
+    values, never its own copy of them; tests/test_reclaim_guard.py holds the
+    statements to `leaf_verdict`.
+    """
+
+    source: str
+    keys: tuple[str, ...]
+
+    def matches(self, metadata: Mapping[str, Any]) -> bool:
+        return metadata.get("source") == self.source and any(k in metadata for k in self.keys)
+
+
+DURATION_MARKER = MarkerShape("update", RUN_HISTORY_KEYS)
+"""The default marker: what a run-history writer stamps (see `is_duration_marker`)."""
+
+
+def marker_shape(policy: RetentionPolicy) -> MarkerShape | None:
+    """The policy's marker as data; None when an app's own predicate replaces it."""
+    return DURATION_MARKER if policy.is_reclaimable_leaf is None else None
+
+
+def may_have_marker(metadata: Mapping[str, Any], policy: RetentionPolicy) -> bool:
+    """False when no checkpoint with this metadata has the marker under `policy`.
+
+    It needs no `CheckpointNode`, so a read can dismiss an ordinary head cheaply.
+    """
+    return policy.is_reclaimable_leaf is not None or is_duration_metadata(metadata)
+
+
+def has_marker(node: CheckpointNode, policy: RetentionPolicy) -> bool:
+    """Whether `node` has the metadata-only marker under `policy`."""
+    rule = policy.is_reclaimable_leaf or is_duration_marker
+    return bool(rule(node))
+
+
+def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
+    """Whether `node` holds exactly its parent's state, compared as whole maps, with the
+    same values stored (a delta walk through either stops at the same place)."""
+    return (
+        node.parent_id == parent.checkpoint_id
+        and node.checkpoint_ns == parent.checkpoint_ns
+        and dict(node.channel_versions) == dict(parent.channel_versions)
+        and dict(node.versions_seen) == dict(parent.versions_seen)
+        and (node.stored or frozenset()) == (parent.stored or frozenset())
+    )
+
+
+def leaf_skip(
+    node: CheckpointNode, policy: RetentionPolicy, protected: frozenset[str]
+) -> Skip | None:
+    """Why `node` cannot be a reclaimable leaf before its parent is known, else None."""
+    if not has_marker(node, policy):
+        return Skip.NOT_MARKED
+    if node.checkpoint_id in protected or node.checkpoint_id in policy.protect_checkpoint_ids:
+        return Skip.PROTECTED
+    if node.write_count:
+        return Skip.OWNS_WRITES
+    return None
+
+
+def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deletion:
+    """The guarded deletion of a duration-only checkpoint that clones its parent."""
+    return Deletion(
+        node.checkpoint_ns,
+        node.checkpoint_id,
+        node.parent_id,
+        reason,
+        clone_of=node.parent_id,
+        must_be_head=head,
+    )
+
+
+def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | None:
+    """Why `leaf` cannot go given its `parent` row (None if missing), else None."""
+    if leaf.parent_id is None or parent is None:
+        return Skip.MISSING_PARENT
+    if not is_clone(leaf, parent):
+        return Skip.NOT_A_CLONE
+    return None
+
+
+def untaken_skip(
+    judged: CheckpointNode, parent: CheckpointNode | None, *, leaf_as_judged: bool
+) -> Skip:
+    """Why a guarded take of `judged` took nothing, told from the rows it read.
+
+    The take re-checked every precondition of the `Deletion` in one statement
+    and read, in the same snapshot, the `parent` row and whether the leaf's
+    row was still `judged` (`leaf_as_judged`). Judged reclaimable before it
+    (`leaf_skip`), a leaf still as judged was not taken because of its
+    parent, or because something else changed meanwhile (a write, a child, a
+    newer checkpoint). A leaf gone or rewritten says nothing about its parent:
+    the thread changed under the admission, which reads its head again. A
+    leaf judged without a parent never had one to clone.
+    """
+    if judged.parent_id is None:
+        return Skip.MISSING_PARENT
+    if not leaf_as_judged:
+        return Skip.PRECONDITION_CHANGED
+    return parent_skip(judged, parent) or Skip.PRECONDITION_CHANGED
+
+
+def leaf_verdict(
+    facts: LeafFacts, policy: RetentionPolicy, protected: frozenset[str]
+) -> Deletion | Skip:
+    """The deletion of the trailing leaf `facts` describes, or why there is none.
+
+    A leaf goes when it is still a reclaimable leaf (`leaf_skip`), its parent
+    exists and it clones it, and `deletion_holds`: it is the newest checkpoint
+    of its namespace, its parent is the next newest, and nothing names it as
+    parent.
+    """
+    leaf, parent = facts.leaf, facts.parent
+    if leaf is None:
+        return Skip.PRECONDITION_CHANGED
+    if (skip := leaf_skip(leaf, policy, protected)) is not None:
+        return skip
+    skip = parent_skip(leaf, parent)
+    if skip is not None or parent is None:  # parent_skip says MISSING_PARENT for None
+        return skip or Skip.MISSING_PARENT
+    deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
+    holds = deletion_holds(
+        deletion,
+        {leaf.checkpoint_id: leaf, parent.checkpoint_id: parent},
+        has_children=facts.has_children,
+        newest_id=facts.newest_id,
+        runner_up_id=facts.runner_up_id,
+    )
+    return deletion if holds else Skip.PRECONDITION_CHANGED
+
+
+def _parse_ts(ts: str) -> datetime | None:
+    try:
+        return _aware(datetime.fromisoformat(ts))
+    except (TypeError, ValueError):
+        return None
+
+
+def _aware(moment: datetime) -> datetime:
+    """Naive times are taken as UTC, which is what LangGraph writes."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def deletion_holds(
+    deletion: Deletion,
+    now: Mapping[str, CheckpointNode],
+    *,
+    has_children: bool,
+    newest_id: str | None,
+    runner_up_id: str | None = None,
+) -> bool:
+    """Whether what `deletion` was proven against still holds, as read in its transaction.
+
+    Args:
+        deletion: The planned deletion.
+        now: The rows of the checkpoint and of `clone_of`, by id, as they are now.
+        has_children: Whether any checkpoint still names it as parent.
+        newest_id: The newest id in its namespace, read when `must_be_head`.
+        runner_up_id: The newest id below it, read when `must_be_head`: it must
+            be `clone_of`, so that removing the head makes its parent the latest.
+    """
+    node = now.get(deletion.checkpoint_id)
+    if node is None or node.parent_id != deletion.parent_id or has_children:
+        return False
+    if node.write_count and not deletion.writes_consumed:
+        return False
+    if deletion.must_be_head and (
+        newest_id != deletion.checkpoint_id or runner_up_id != deletion.clone_of
+    ):
+        return False
+    if deletion.clone_of is not None:
+        parent = now.get(deletion.clone_of)
+        return parent is not None and is_clone(node, parent)
+    return True
+
+
+def _graftable_onto(parent: CheckpointNode | None) -> bool:
+    """Whether a link's children may be re-parented onto `parent`.
+
+    A delta channel's value at a child is rebuilt by walking up from its
+    parent, collecting writes down to the nearest stored value, the seed's own
+    writes included. A link clones its parent and owns no writes; grafting
+    past it changes the walk only by the writes of the new parent, should the
+    link have been the seed. So the new parent must own none.
+    """
+    return parent is not None and not parent.write_count
+
+
+def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
+    """Whether `graft` is still sound, on the rows `now` read in its transaction.
+
+    A duration-link graft: every link it skips clones its parent and owns no
+    writes, and the new parent owns none (`_graftable_onto`). A history graft:
+    the chain is as planned (`_chain_as_planned`).
+    """
+    if graft.reason is not Reason.GRAFTED_DURATION_LINK:
+        return _chain_as_planned(graft.child_id, graft.via, graft.new_parent_id, now)
+    child = now.get(graft.child_id)
+    if child is None or child.parent_id != graft.via[0]:
+        return False
+    if not _graftable_onto(now.get(graft.new_parent_id)):
+        return False
+    for link_id, parent_id in zip(graft.via, (*graft.via[1:], graft.new_parent_id), strict=True):
+        link, parent = now.get(link_id), now.get(parent_id)
+        if link is None or parent is None or link.write_count or not is_clone(link, parent):
+            return False
+    return True
+
+
+def root_holds(root: Root, now: Mapping[str, CheckpointNode]) -> bool:
+    """Whether `root` is still sound: its chain runs through `via` to a root, as planned."""
+    return _chain_as_planned(root.checkpoint_id, root.via, None, now)
+
+
+def _chain_as_planned(
+    child_id: str, via: Sequence[str], top_id: str | None, now: Mapping[str, CheckpointNode]
+) -> bool:
+    """Whether `child_id`'s parents are `via` then `top_id` (None: `via` ends at a root),
+    as the rows `now` read.
+
+    A changed chain means the thread changed since the plan; it is judged again
+    on the next pass. (A delta channel's walk back from the child was judged on
+    these same rows: a checkpoint's versions, values and writes do not change
+    once written, and a walk runs only up its chain.)
+    """
+    chain = [child_id, *via]
+    for checkpoint_id, parent_id in zip(chain, [*via, top_id], strict=True):
+        node = now.get(checkpoint_id)
+        if node is None or node.parent_id != parent_id:
+            return False
+    return top_id is None or top_id in now
