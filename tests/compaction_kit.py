@@ -67,6 +67,61 @@ def interrupt_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
+def _ask_twice(prompt: str) -> Callable[[Log], Log]:
+    def node(state: Log) -> Log:
+        answer = interrupt(f"{prompt}?")
+        return {"log": [f"{prompt} {answer}"]}
+
+    return node
+
+
+def two_interrupts_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """`START -> draft -> review (interrupts) -> sign (interrupts) -> done -> END`."""
+    builder: Any = StateGraph(Log)
+    builder.add_node("draft", _step("draft"))
+    builder.add_node("review", _ask_twice("review"))
+    builder.add_node("sign", _ask_twice("sign"))
+    builder.add_node("done", _step("done"))
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("review", "sign")
+    builder.add_edge("sign", "done")
+    builder.add_edge("done", END)
+    return builder.compile(checkpointer=saver)
+
+
+FAIL = "fail_branch_b"
+"""A configurable key: when set, branch `b` of `fan_out_graph` raises."""
+
+
+class BranchFailed(RuntimeError):
+    """What branch `b` raises when the run's config says so."""
+
+
+def _flaky(state: Log, config: RunnableConfig) -> Log:
+    if config["configurable"].get(FAIL):
+        raise BranchFailed("b")
+    return _step("b")(state)
+
+
+def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """`START -> (a, b in parallel) -> join -> END`: a run is an input checkpoint and
+    three super-steps. `b` raises in a run whose config sets `FAIL`."""
+    builder: Any = StateGraph(Log)
+    builder.add_node("a", _step("a"))
+    builder.add_node("b", _flaky)
+    builder.add_node("join", _step("join"))
+    builder.add_edge(START, "a")
+    builder.add_edge(START, "b")
+    # Two edges, not `add_edge(["a", "b"], "join")`: that barrier channel's checkpoint
+    # is its live set, which `durability="async"` may serialize after the step's writes
+    # changed it (langgraph#8748), so two identical runs store different values.
+    builder.add_edge("a", "join")
+    builder.add_edge("b", "join")
+    builder.add_edge("join", END)
+    return builder.compile(checkpointer=saver)
+
+
 def history_ids(graph: Any, thread_id: str) -> list[str]:
     """The thread's root-namespace checkpoint ids, newest first."""
     return [
@@ -94,6 +149,46 @@ def _interrupted_runs(graph: Any, thread_id: str, *, resume_last: bool) -> None:
         graph.invoke(_log(i), thread(thread_id))
         if i < 2 or resume_last:
             graph.invoke(Command(resume=f"yes {i}"), thread(thread_id))
+
+
+def _twice_interrupted_runs(graph: Any, thread_id: str) -> None:
+    """Runs that each stop at two interrupts in turn, each answered by a resume; the
+    last run is left at its second interrupt (its head owns the interrupt's write)."""
+    for i in range(3):
+        graph.invoke(_log(i), thread(thread_id))
+        graph.invoke(Command(resume=f"ok {i}"), thread(thread_id))
+        if i < 2:
+            graph.invoke(Command(resume=f"signed {i}"), thread(thread_id))
+
+
+def _fan_out_runs(graph: Any, thread_id: str) -> None:
+    """Fan-out runs; in the last, `b` raises: the super-step's checkpoint (the head)
+    keeps `a`'s write and `b`'s error as pending writes, and `invoke(None)` resumes
+    it, running `b` alone."""
+    for i in range(3):
+        graph.invoke(_log(i), thread(thread_id))
+    failing: RunnableConfig = {"configurable": {"thread_id": thread_id, FAIL: True}}
+    try:
+        graph.invoke(_log(3), failing)
+    except BranchFailed:
+        pass
+    else:  # pragma: no cover - the shape needs the failure
+        raise AssertionError("branch b did not fail")
+
+
+def _pinned_runs(graph: Any, thread_id: str) -> None:
+    """Turns, then two runs started from old turn ends by their checkpoint ids (time
+    travel): one from turn zero's end, then one from turn two's end, which that first
+    run had left off the head line; then a normal turn (from the newest checkpoint)."""
+    _chat_turns(graph, thread_id)
+    ends = [
+        s.config["configurable"]["checkpoint_id"]
+        for s in graph.get_state_history(thread(thread_id))
+        if not s.next
+    ]  # newest first: the ends of turns 3, 2, 1, 0
+    graph.invoke(turn(5), thread(thread_id, ends[3]))
+    graph.invoke(turn(6), thread(thread_id, ends[1]))
+    graph.invoke(turn(7), thread(thread_id))
 
 
 def _update_state_fork(graph: Any, thread_id: str) -> None:
@@ -148,6 +243,15 @@ SHAPES = (
     ),
     Shape("update-state-fork", chat_graph, _update_state_fork, turn(99)),
     Shape("regenerate", chat_graph, _regenerate, turn(99)),
+    Shape(
+        "multi-interrupt",
+        two_interrupts_graph,
+        _twice_interrupted_runs,
+        Command(resume="late"),
+        _log(77),
+    ),
+    Shape("parallel", fan_out_graph, _fan_out_runs, None, _log(77)),
+    Shape("pinned-runs", chat_graph, _pinned_runs, turn(99)),
 )
 
 
@@ -165,7 +269,12 @@ class Twins:
         shape.write(graph, TWIN)
         kept, twin = history_ids(graph, KEPT), history_ids(graph, TWIN)
         assert len(kept) == len(twin)
-        return cls(graph, dict(zip(kept, twin, strict=True)))
+        twins = cls(graph, dict(zip(kept, twin, strict=True)))
+        # Before any pass the twins load alike: a difference after one is the pass's.
+        for mine, theirs in twins.kept_to_twin.items():
+            a, b = twins.state(KEPT, mine), twins.state(TWIN, theirs)
+            assert (a.values, a.next) == (b.values, b.next), f"{shape}: twins differ"
+        return twins
 
     def state(self, thread_id: str, checkpoint_id: str) -> Any:
         return self.graph.get_state(_pinned(thread_id, checkpoint_id))

@@ -1,4 +1,4 @@
-"""The history rules (issue #13): the horizon and step compaction, on real graphs.
+"""The history rules (issue #13): the horizon, step compaction and keep_latest, on real graphs.
 
 Each pass runs on thread "kept" of a saver whose thread "twin" holds the same
 scenario untouched (tests/compaction_kit.py). After it: every kept checkpoint
@@ -164,6 +164,7 @@ def test_nothing_younger_than_the_ttl_changes(kind: str, request: pytest.Fixture
 
 DELTA_POLICIES = {
     **POLICIES,
+    # keep_latest here without a grace period (as `prune` runs it), replacing POLICIES'.
     "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=timedelta(0)),
 }
 

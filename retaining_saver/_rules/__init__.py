@@ -3,7 +3,9 @@
 Everything that decides a deletion lives in this package, as functions of a
 thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
 leaves, and what a step proved), `_plan` (a thread's plan) and `_history`
-(the history rules). This page is their table of contents. Backends load a `Lineage` and carry out the `Plan` made from it;
+(the history rules). This page is their table of contents.
+
+Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
 then `leaf_verdict` about the leaf and parent rows it read by primary key.
 Nothing else decides. Backends only re-check, inside the deleting
