@@ -207,11 +207,6 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
             return value.checkpoint
         return None
 
-    def _stored(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> None:
-        """Called after each `put`/`aput` that `inner` stored; a hook for subclasses."""
-
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.inner.get_tuple(config)
 
@@ -232,9 +227,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        stored = self.inner.put(config, checkpoint, metadata, new_versions)
-        self._stored(config, checkpoint, metadata)
-        return stored
+        return self.inner.put(config, checkpoint, metadata, new_versions)
 
     def put_writes(
         self,
@@ -308,9 +301,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        stored = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        self._stored(config, checkpoint, metadata)
-        return stored
+        return await self.inner.aput(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,

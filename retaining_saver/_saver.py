@@ -27,8 +27,6 @@ from typing import Any, Literal, Self, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
 )
@@ -304,12 +302,6 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
                 # (a real database error raises there too).
                 self.accounts.fell_back(_admission.FAST_READ, error)
         return await self.inner.aget_tuple(config)
-
-    def _stored(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> None:
-        if self.stamps is not None:
-            self.stamps.note(config, checkpoint, metadata)
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, config)

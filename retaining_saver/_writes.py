@@ -63,6 +63,7 @@ class WritesMixin(DelegatingSaver):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
             config = drive(flow, self.performer)
             stored = super().put(config, checkpoint, metadata, new_versions)
+            self._remember(config, checkpoint, metadata)
         self._record_taken()
         return stored
 
@@ -80,6 +81,7 @@ class WritesMixin(DelegatingSaver):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
             config = await adrive(flow, self.performer)
             stored = await super().aput(config, checkpoint, metadata, new_versions)
+            self._remember(config, checkpoint, metadata)
         self._record_taken()
         return stored
 
@@ -113,6 +115,13 @@ class WritesMixin(DelegatingSaver):
             config = await adrive(flow, self.performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._record_taken()
+
+    def _remember(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> None:
+        """Once stored: the root put this process wrote, which may be a stamp."""
+        if self.stamps is not None:
+            self.stamps.note(config, checkpoint, metadata)
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)
