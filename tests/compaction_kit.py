@@ -1,4 +1,4 @@
-"""Real graphs and twin threads for the history rules' tests (tests/test_compaction.py).
+"""Real graphs and twin threads for the history rules' tests (tests/engine/test_compaction.py).
 
 Every scenario is built twice in lock-step on one saver: thread "kept", which a
 retention pass then changes, and thread "twin", left untouched. The two have the

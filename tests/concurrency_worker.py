@@ -1,4 +1,4 @@
-"""Subprocess entry point for tests/test_concurrency.py: race `aadmit` on one thread.
+"""Subprocess entry point for tests/reliability/test_concurrency.py: race `aadmit` on one thread.
 
 Run as `python tests/concurrency_worker.py KIND TARGET THREAD_ID TASKS SAVERS`:
 

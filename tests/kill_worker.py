@@ -1,4 +1,4 @@
-"""Subprocess entry point for tests/test_kills.py: die by SIGKILL inside a deletion.
+"""Subprocess entry point for tests/reliability/test_kills.py: die by SIGKILL inside a deletion.
 
 Run as `python tests/kill_worker.py`. Importing LangGraph costs about two
 seconds, so this process imports everything once and then serves: for each

@@ -1,4 +1,4 @@
-"""Helpers for the law tests (test_law_stateful.py, test_law_interleavings.py).
+"""Helpers for the law tests (tests/law/).
 
 The law: a retained thread is indistinguishable from the same thread in which
 the reclaimed checkpoints were never written. Both test files run the same
@@ -23,9 +23,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Interrupt, StateSnapshot, interrupt
+from langgraph.types import StateSnapshot, interrupt
 
 from retaining_saver.testing.graphs import extend_all
+from retaining_saver.testing.views import normalize
 
 Flavor = Literal["full", "delta"]
 FLAVORS: tuple[Flavor, ...] = ("full", "delta")
@@ -128,35 +129,11 @@ def user_turn(label: str, *, ask: bool = False) -> dict[str, Any]:
     return {"said": [label], "ask": ask}
 
 
-def pinned(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
-    """The thread's config, pinned to `checkpoint_id` when given."""
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    if checkpoint_id is not None:
-        configurable["checkpoint_ns"] = ""
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
-
-
 def checkpoint_id_of(config: RunnableConfig | None) -> str | None:
     if not config:
         return None
     value = config.get("configurable", {}).get("checkpoint_id")
     return str(value) if value else None
-
-
-def normalize(value: Any) -> Any:
-    """Interrupts become `("interrupt", value)`, tuples lists, recursively.
-
-    Interrupt ids are dropped: they hash the task id, which is derived from the
-    checkpoint id, so they differ between two threads holding equal state.
-    """
-    if isinstance(value, Interrupt):
-        return ("interrupt", normalize(value.value))
-    if isinstance(value, dict):
-        return {k: normalize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [normalize(v) for v in value]
-    return value
 
 
 def state_view(snapshot: StateSnapshot) -> View:

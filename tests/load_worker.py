@@ -1,4 +1,4 @@
-"""Subprocess entry point for tests/test_load.py: one process of the load.
+"""Subprocess entry point for tests/reliability/test_load.py: one process of the load.
 
 Run as `python tests/load_worker.py CONFIG_JSON`, where the config names
 `kind` (`postgres`: `target` a DSN on 127.0.0.1; `sqlite`: `target` a local

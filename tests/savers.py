@@ -1,31 +1,70 @@
-"""Open a real bare saver of each kind, sync or async, for parametrized tests."""
+"""Open a real bare saver of each kind, sync or async: the one place tests open a fresh one.
+
+A store is where a saver keeps its rows: "" for memory (each saver is its own
+store), a SQLite file, a PostgreSQL database. `store` names a fresh one for
+the running test, `new_store` makes one for the length of a block, and
+`open_sync_at` / `open_async_at` open a saver on a store; `open_sync` and
+`open_async` do both. A test that is about a special construction (a read-only
+connection, a pool, pipeline mode, a role without DELETE) makes it itself.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
+from conftest import create_database, drop_database
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 KINDS = ("memory", "sqlite", "postgres")
 
-
-def _target(kind: str, request: pytest.FixtureRequest) -> str:
-    if kind == "sqlite":
-        return str(request.getfixturevalue("sqlite_path"))
-    if kind == "postgres":
-        return str(request.getfixturevalue("pg_dsn"))
-    return ""
+_STORES = pytest.StashKey[dict[tuple[str, str], str]]()
 
 
 @contextmanager
-def open_sync(kind: str, request: pytest.FixtureRequest) -> Iterator[BaseCheckpointSaver[Any]]:
-    """A fresh SqliteSaver (real file), PostgresSaver (fresh database) or InMemorySaver."""
-    target = _target(kind, request)
+def new_store(kind: str, request: pytest.FixtureRequest, name: str = "") -> Iterator[str]:
+    """A new, empty store of `kind` while the block runs: a new SQLite file in the
+    test's tmp dir (`<name>.sqlite`, or a random name), or a new database on the
+    `pg_server` (dropped on exit); "" for memory."""
+    if kind == "memory":
+        yield ""
+    elif kind == "sqlite":
+        tmp_path = request.getfixturevalue("tmp_path")
+        yield str(tmp_path / f"{name or uuid.uuid4().hex}.sqlite")
+    else:
+        server = str(request.getfixturevalue("pg_server"))
+        dsn = create_database(server)
+        try:
+            yield dsn
+        finally:
+            drop_database(server, dsn)
+
+
+def store(kind: str, request: pytest.FixtureRequest, name: str = "") -> str:
+    """A fresh store of `kind` for the running test: its `sqlite_path` or `pg_dsn`, or,
+    for a `name`, another one (`<name>.sqlite` beside it, another database), the same
+    for every call with that name and dropped after the test; "" for memory."""
+    if kind == "memory":
+        return ""
+    if not name:
+        return str(request.getfixturevalue("sqlite_path" if kind == "sqlite" else "pg_dsn"))
+    made = request.node.stash.setdefault(_STORES, {})
+    if (kind, name) not in made:
+        stack = ExitStack()
+        request.addfinalizer(stack.close)
+        made[kind, name] = stack.enter_context(new_store(kind, request, name))
+    return made[kind, name]
+
+
+@contextmanager
+def open_sync_at(kind: str, target: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    """An InMemorySaver, a SqliteSaver on the file `target`, or a PostgresSaver on the
+    database `target` (its tables set up)."""
     if kind == "memory":
         yield InMemorySaver()
     elif kind == "sqlite":
@@ -45,11 +84,8 @@ def open_sync(kind: str, request: pytest.FixtureRequest) -> Iterator[BaseCheckpo
 
 
 @asynccontextmanager
-async def open_async(
-    kind: str, request: pytest.FixtureRequest
-) -> AsyncIterator[BaseCheckpointSaver[Any]]:
-    """The async twin of `open_sync`: InMemorySaver, AsyncSqliteSaver, AsyncPostgresSaver."""
-    target = _target(kind, request)
+async def open_async_at(kind: str, target: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """The async twin of `open_sync_at`: InMemorySaver, AsyncSqliteSaver, AsyncPostgresSaver."""
     if kind == "memory":
         yield InMemorySaver()
     elif kind == "sqlite":
@@ -63,3 +99,22 @@ async def open_async(
         async with AsyncPostgresSaver.from_conn_string(target) as saver:
             await saver.setup()
             yield saver
+
+
+@contextmanager
+def open_sync(
+    kind: str, request: pytest.FixtureRequest, name: str = ""
+) -> Iterator[BaseCheckpointSaver[Any]]:
+    """A fresh SqliteSaver (real file), PostgresSaver (fresh database) or InMemorySaver,
+    on the test's `store(kind, request, name)`."""
+    with open_sync_at(kind, store(kind, request, name)) as saver:
+        yield saver
+
+
+@asynccontextmanager
+async def open_async(
+    kind: str, request: pytest.FixtureRequest, name: str = ""
+) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """The async twin of `open_sync`: InMemorySaver, AsyncSqliteSaver, AsyncPostgresSaver."""
+    async with open_async_at(kind, store(kind, request, name)) as saver:
+        yield saver

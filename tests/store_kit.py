@@ -27,6 +27,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing import write_duration_leaf
+from retaining_saver.testing.checks import memory_reclaim_records
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 
 Row = tuple[Any, ...]
@@ -243,7 +244,7 @@ class PostgresStore:
 
 class MemoryStore:
     """Templates are `InMemorySaver`s; a copy is a new saver with the dicts deep-copied.
-    Reclaim records live beside the saver (`backends.memory._RECLAIMED`)."""
+    Reclaim records live beside the saver (read by `memory_reclaim_records`)."""
 
     kind = "memory"
 
@@ -272,8 +273,6 @@ class MemoryStore:
         pass
 
     def snapshot(self, target: InMemorySaver, thread_id: str) -> Snapshot:
-        from retaining_saver.backends.memory import _RECLAIMED
-
         checkpoints = {
             (ns, cid, row[2])
             for ns, rows in target.storage.get(thread_id, {}).items()
@@ -286,11 +285,8 @@ class MemoryStore:
             for task_id, idx in rows
         }
         blobs = {(ns, ch, v) for (t, ns, ch, v) in target.blobs if t == thread_id}
-        records = _RECLAIMED.get(target, {})
-        reclaimed = {(k[1], k[2], clone) for k, (clone, _) in records.items() if k[0] == thread_id}
-        return Snapshot(
-            frozenset(checkpoints), frozenset(writes), frozenset(blobs), frozenset(reclaimed)
-        )
+        reclaimed = memory_reclaim_records(target, thread_id)
+        return Snapshot(frozenset(checkpoints), frozenset(writes), frozenset(blobs), reclaimed)
 
 
 # Thread shapes, built with real graph runs on the bare saver

@@ -1,4 +1,4 @@
-"""Checks a contract scenario makes after a deletion: lineage walks and orphan rows."""
+"""Checks a contract scenario makes after a deletion: lineage walks, orphan rows, records."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Integrity
+from retaining_saver.backends.memory import _RECLAIMED
 
 
 class LineageIntegrityError(AssertionError):
@@ -71,3 +73,15 @@ async def awalk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> list
         found.append(parent)
         current = parent
     return found
+
+
+def memory_reclaim_records(saver: InMemorySaver, thread_id: str) -> frozenset[tuple[str, str, str]]:
+    """The reclaim records an `InMemorySaver` holds for one thread, as rows
+    `(checkpoint_ns, reclaimed id, clone id)`.
+
+    The SQL savers keep these rows in the `retaining_saver_reclaimed` table, which
+    a test reads directly; the in-memory backend keeps them beside the saver, where
+    this reads them as they are (expired records included), through no backend call.
+    """
+    records = list(_RECLAIMED.get(saver, {}).items())
+    return frozenset((ns, cid, clone) for (t, ns, cid), (clone, _) in records if t == thread_id)

@@ -1,23 +1,42 @@
-"""Small real graphs the contract scenarios run: no model, deterministic values.
+"""Small real graphs for the contract scenarios and the tests: no model, deterministic values.
 
-`flavor="full"` keeps a plain reducer list, stored whole at every checkpoint;
-`flavor="delta"` declares it as a beta `DeltaChannel`, rebuilt from ancestor
-writes, which is what makes a broken chain silently lose state.
+`chat_graph` is the contract's chat: `flavor="full"` keeps a plain reducer
+list, stored whole at every checkpoint; `flavor="delta"` declares it as a beta
+`DeltaChannel`, rebuilt from ancestor writes, which is what makes a broken
+chain silently lose state.
+
+`build_chat_graph`, `build_interrupt_graph` and `build_delta_graph` are the
+end-to-end graphs: an `add_messages` chat, a review that calls `interrupt()`,
+and a `DeltaChannel` list. Every value they write is deterministic (message
+ids are derived from the state, never from `uuid4`), so two threads, or two
+savers, that receive the same inputs hold equal state.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
+
+from retaining_saver._admission import RUNTIME_KEY as _RUNTIME_KEY
 
 Flavor = Literal["full", "delta"]
 FLAVORS: tuple[Flavor, ...] = ("full", "delta")
+
+RUNTIME_KEY: str = _RUNTIME_KEY
+"""The `configurable` key LangGraph's run loop sets on a run's own reads.
+
+Its presence is how the wrapper tells a run's first read (which admission
+serves) from any other read; `run_read` builds such a config.
+"""
 
 
 def extend_all(state: list[str], writes: Sequence[list[str]]) -> list[str]:
@@ -26,6 +45,9 @@ def extend_all(state: list[str], writes: Sequence[list[str]]) -> list[str]:
     for write in writes:
         out.extend(write)
     return out
+
+
+# The contract's chat: `reply` then `count`, four checkpoints per turn
 
 
 class FullChat(TypedDict, total=False):
@@ -80,6 +102,9 @@ def turn(i: int) -> dict[str, Any]:
     return {"said": [f"user {i}"]}
 
 
+# Configs
+
+
 def thread(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     """A config for the thread, pinned to `checkpoint_id` when given."""
     configurable: dict[str, Any] = {"thread_id": thread_id}
@@ -87,3 +112,155 @@ def thread(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
         configurable["checkpoint_ns"] = ""
         configurable["checkpoint_id"] = checkpoint_id
     return {"configurable": configurable}
+
+
+def thread_config(thread_id: str) -> RunnableConfig:
+    """An unpinned config for the thread: `thread(thread_id)`."""
+    return thread(thread_id)
+
+
+def run_read(thread_id: str) -> RunnableConfig:
+    """A LangGraph run's first read of `thread_id`: unpinned, root namespace, with the
+    run loop's `RUNTIME_KEY`, so the wrapper serves it as the run's admission read."""
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", RUNTIME_KEY: object()}}
+
+
+# The end-to-end chat: `respond` then `summarize`, four checkpoints per turn
+
+
+class ChatState(TypedDict, total=False):
+    messages: Annotated[list[BaseMessage], add_messages]
+    turns: int
+    summary: str
+
+
+def _respond(state: ChatState) -> dict[str, Any]:
+    messages = state["messages"]
+    last = messages[-1]
+    return {
+        "messages": [
+            AIMessage(content=f"echo: {last.content}", id=f"ai-{len(messages)}"),
+        ]
+    }
+
+
+def _summarize(state: ChatState) -> dict[str, Any]:
+    turns = state.get("turns", 0) + 1
+    said = [str(m.content) for m in state["messages"] if isinstance(m, HumanMessage)]
+    return {"turns": turns, "summary": f"{turns} turn(s): " + " | ".join(said)}
+
+
+def build_chat_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
+    """`START -> respond -> summarize -> END` over `add_messages` messages."""
+    builder: Any = StateGraph(ChatState)
+    builder.add_node("respond", _respond)
+    builder.add_node("summarize", _summarize)
+    builder.add_edge(START, "respond")
+    builder.add_edge("respond", "summarize")
+    builder.add_edge("summarize", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def chat_turn(i: int) -> dict[str, Any]:
+    """The input of user turn `i` (the message id is fixed, so runs compare equal)."""
+    return {"messages": [HumanMessage(content=f"user says {i}", id=f"human-{i}")]}
+
+
+# The interrupt graph: `draft` -> `review` (interrupts) -> `publish`
+
+
+class ReviewState(TypedDict, total=False):
+    topic: str
+    draft: str
+    verdict: str
+    published: str
+
+
+def _draft(state: ReviewState) -> dict[str, Any]:
+    return {"draft": f"draft about {state['topic']}"}
+
+
+def _review(state: ReviewState) -> dict[str, Any]:
+    verdict = interrupt({"question": "approve?", "draft": state["draft"]})
+    return {"verdict": str(verdict)}
+
+
+def _publish(state: ReviewState) -> dict[str, Any]:
+    return {"published": f"{state['draft']} ({state['verdict']})"}
+
+
+def build_interrupt_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
+    """`draft -> review -> publish`; `review` calls `interrupt()`, resumed by `Command`."""
+    builder: Any = StateGraph(ReviewState)
+    builder.add_node("draft", _draft)
+    builder.add_node("review", _review)
+    builder.add_node("publish", _publish)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("review", "publish")
+    builder.add_edge("publish", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+# The DeltaChannel graph: a list channel stored as deltas, snapshotted every 3 updates
+
+DELTA_SNAPSHOT_FREQUENCY = 3
+
+
+class DeltaState(TypedDict, total=False):
+    items: Annotated[
+        list[str], DeltaChannel(extend_all, snapshot_frequency=DELTA_SNAPSHOT_FREQUENCY)
+    ]
+    log: Annotated[list[str], operator.add]
+    count: int
+
+
+def _add_item(state: DeltaState) -> dict[str, Any]:
+    n = len(state.get("items", []))
+    return {"items": [f"item-{n}"], "log": [f"add_item saw {n}"]}
+
+
+def _count_items(state: DeltaState) -> dict[str, Any]:
+    return {"count": len(state["items"])}
+
+
+def build_delta_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
+    """`add_item -> count` with `items` declared as a beta `DeltaChannel`."""
+    builder: Any = StateGraph(DeltaState)
+    builder.add_node("add_item", _add_item)
+    builder.add_node("count", _count_items)
+    builder.add_edge(START, "add_item")
+    builder.add_edge("add_item", "count")
+    builder.add_edge("count", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def delta_turn(i: int) -> dict[str, Any]:
+    """The input of run `i` of the delta graph (one more item from the caller)."""
+    return {"items": [f"input-{i}"]}
+
+
+# Thread shapes for exactness tests: the graph, and the inputs of its turns
+
+SHAPES: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
+    "chat": (build_chat_graph, [chat_turn(i) for i in range(3)]),
+    # The interrupted head owns its `__interrupt__` write: a checkpoint with pending writes.
+    "interrupt": (build_interrupt_graph, [{"topic": "retention"}]),
+    "delta": (build_delta_graph, [delta_turn(i) for i in range(4)]),
+}
+
+
+def run_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
+    """Run every turn of `SHAPES[shape]` on `thread_id`."""
+    build, inputs = SHAPES[shape]
+    graph = build(checkpointer)
+    for value in inputs:
+        graph.invoke(value, thread_config(thread_id))
+
+
+async def arun_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
+    """Async `run_shape`."""
+    build, inputs = SHAPES[shape]
+    graph = build(checkpointer)
+    for value in inputs:
+        await graph.ainvoke(value, thread_config(thread_id))

@@ -17,7 +17,14 @@ from langgraph.checkpoint.base.id import uuid6
 INTERRUPT = "__interrupt__"
 
 
-def _leaf_of(head: CheckpointTuple, run_id: str, seconds: float) -> tuple[Any, Any]:
+def leaf_of(head: CheckpointTuple, run_id: str, seconds: float) -> tuple[Any, Any]:
+    """The checkpoint and metadata of a duration leaf on `head`, not yet written.
+
+    What `write_duration_leaf` puts: `head`'s checkpoint under a new id and
+    timestamp, with `run_id`'s duration added to the run history; for a test
+    that writes it itself (`saver.put(head.config, checkpoint, metadata, {})`)
+    or compares a read against it.
+    """
     checkpoint = dict(head.checkpoint)
     checkpoint["id"] = str(uuid6(clock_seq=-1))
     checkpoint["ts"] = datetime.now(UTC).isoformat()
@@ -56,7 +63,7 @@ def write_duration_leaf(
     head = saver.get_tuple(_head_config(thread_id))
     if head is None or _skip(head):
         return None
-    checkpoint, metadata = _leaf_of(head, run_id, seconds)
+    checkpoint, metadata = leaf_of(head, run_id, seconds)
     saver.put(head.config, checkpoint, metadata, {})
     return str(checkpoint["id"])
 
@@ -68,6 +75,6 @@ async def awrite_duration_leaf(
     head = await saver.aget_tuple(_head_config(thread_id))
     if head is None or _skip(head):
         return None
-    checkpoint, metadata = _leaf_of(head, run_id, seconds)
+    checkpoint, metadata = leaf_of(head, run_id, seconds)
     await saver.aput(head.config, checkpoint, metadata, {})
     return str(checkpoint["id"])

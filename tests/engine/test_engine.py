@@ -1,0 +1,113 @@
+"""The exhaustive engine's entrypoints: streaming over threads, sync and async."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from savers import KINDS, open_async, open_sync
+
+from retaining_saver import Reason, RetainingSaver, RetentionPolicy, UnsupportedSaverError
+from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
+from retaining_saver.testing.graphs import chat_graph, thread, turn
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_enforce_retention_streams_every_thread(kind: str, request: pytest.FixtureRequest) -> None:
+    with open_sync(kind, request) as inner:
+        graph = chat_graph(inner)
+        leaves = {}
+        for i in range(7):
+            graph.invoke(turn(0), thread(f"t{i}"))
+            leaves[f"t{i}"] = write_duration_leaf(inner, f"t{i}")
+        saver = RetainingSaver(inner, admission="off")
+        reports = list(saver.enforce_retention(page_size=3))
+        assert sorted(r.thread_id for r in reports) == sorted(leaves)
+        for report in reports:
+            assert dict(report.deleted) == {
+                ("", leaves[report.thread_id]): Reason.TRAILING_DURATION_LEAF
+            }
+            assert report.after.rows < report.before.rows
+        assert all(not r.deleted for r in saver.enforce_retention(page_size=3))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_aenforce_retention_streams_every_thread(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with open_async(kind, request) as inner:
+        graph = chat_graph(inner)
+        for i in range(4):
+            await graph.ainvoke(turn(0), thread(f"a{i}"))
+            await awrite_duration_leaf(inner, f"a{i}")
+        saver = RetainingSaver(inner, admission="off")
+        dry = [r async for r in saver.aenforce_retention(dry_run=True, page_size=2)]
+        assert len(dry) == 4 and all(len(r.deleted) == 1 for r in dry)
+        assert all(r.after == r.before for r in dry)
+        done = [r async for r in saver.aenforce_retention(["a0", "a2"])]
+        assert [len(r.deleted) for r in done] == [1, 1]
+        left = await saver.aenforce_thread_retention("a1", RetentionPolicy(max_delete_per_run=0))
+        assert len(left.deferred) == 1 and not left.deleted
+        stats = await saver.astorage_stats()
+        assert stats.rows > 0
+
+
+def test_engine_refuses_unsupported_saver_and_bad_arguments() -> None:
+    class Custom(InMemorySaver):
+        pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        saver = RetainingSaver(Custom())
+    with pytest.raises(UnsupportedSaverError, match="Custom"):
+        list(saver.enforce_retention())
+    supported = RetainingSaver(InMemorySaver())
+    with pytest.raises(ValueError, match="page_size"):
+        list(supported.enforce_retention(page_size=0))
+    with pytest.raises(TypeError, match="policy"):
+        supported.enforce_thread_retention("t", policy="E1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="SQLite"):
+        supported.compact_storage()
+
+
+def test_saver_protected_ids_apply_to_engine() -> None:
+    inner = InMemorySaver()
+    graph = chat_graph(inner)
+    graph.invoke(turn(0), thread("p"))
+    leaf = write_duration_leaf(inner, "p")
+    assert leaf is not None
+    saver = RetainingSaver(inner, protect_checkpoint_ids=[leaf])
+    report = saver.enforce_thread_retention("p")
+    assert not report.deleted
+    assert saver.admit("p").reclaimed == ()
+
+
+def test_parent_index_is_created(pg_dsn: str, request: pytest.FixtureRequest) -> None:
+    import psycopg
+
+    with open_sync("sqlite", request) as sqlite_saver:
+        conn = sqlite_saver.conn  # type: ignore[attr-defined]
+        saver = RetainingSaver(sqlite_saver)
+        saver.storage_stats("t")
+        assert _sqlite_indexes(conn) == set(), "a read creates nothing"
+        chat_graph(saver).invoke(turn(0), thread("t"))
+        write_duration_leaf(saver, "t")
+        saver.enforce_thread_retention("t")
+        assert "retaining_saver_checkpoints_parent_idx" in _sqlite_indexes(conn)
+    with open_sync("postgres", request) as inner:
+        saver = RetainingSaver(inner)
+        saver.create_retention_indexes()
+        saver.create_retention_indexes()  # idempotent
+    with psycopg.connect(pg_dsn) as check:
+        found = check.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints'"
+        ).fetchall()
+    assert ("retaining_saver_checkpoints_parent_idx",) in found
+
+
+def _sqlite_indexes(conn: Any) -> set[str]:
+    """The store's own indexes (not SQLite's automatic ones)."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    return {r[0] for r in rows if not r[0].startswith("sqlite_autoindex")}

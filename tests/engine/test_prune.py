@@ -1,0 +1,158 @@
+"""`prune` on every supported saver: upstream's meaning, with what upstream loses kept.
+
+`prune(strategy="keep_latest")` keeps each namespace's latest checkpoint (a
+subgraph call's namespace goes with the root checkpoint it ran from, a
+`checkpointer=True` subgraph keeps its latest), as upstream's Postgres prune
+does; unlike it, it handles DeltaChannel threads (the values stored whole at
+the head with `delta_graph`, else the walk back kept) and keeps a childless
+checkpoint's pending writes. Each case runs against an untouched twin thread:
+the head loads the same state, and the thread goes on alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+from savers import KINDS, open_async, open_sync
+
+from retaining_saver import RetainingSaver
+from retaining_saver.testing.checks import aintegrity, integrity
+from retaining_saver.testing.graphs import (
+    build_interrupt_graph,
+    chat_graph,
+    subgraph_chat,
+    thread,
+    thread_config,
+    turn,
+)
+
+KEPT, TWIN = "kept", "twin"
+
+
+def _history(graph: Any, thread_id: str) -> list[str]:
+    return [
+        s.config["configurable"]["checkpoint_id"]
+        for s in graph.get_state_history(thread(thread_id))
+    ]
+
+
+def _state(graph: Any, thread_id: str) -> tuple[Any, Any]:
+    state = graph.get_state(thread(thread_id), subgraphs=True)
+    return state.values, state.next
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta", "delta-with-graph"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_keep_latest_keeps_the_head_and_the_thread_goes_on(
+    kind: str, flavor: str, request: pytest.FixtureRequest
+) -> None:
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = chat_graph(saver, "full" if flavor == "full" else "delta")
+        for thread_id in (KEPT, TWIN):
+            for i in range(5):
+                graph.invoke(turn(i), thread(thread_id))
+        head = _history(graph, KEPT)[0]
+        expected = _state(graph, KEPT)
+        delta_graph = graph if flavor == "delta-with-graph" else None
+        saver.prune([KEPT], strategy="keep_latest", delta_graph=delta_graph)
+        kept = _history(graph, KEPT)
+        assert kept[0] == head and _state(graph, KEPT) == expected
+        if flavor != "delta":  # without the graph, a delta value's walk back stays
+            assert kept == [head]
+        assert integrity(inner, KEPT).clean
+        assert len(_history(graph, TWIN)) == 5 * 4, "other threads untouched"
+        for thread_id in (KEPT, TWIN):
+            graph.invoke(turn(9), thread(thread_id))
+        assert _state(graph, KEPT) == _state(graph, TWIN)
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["checkpointer-true", "per-call"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_keep_latest_takes_subgraph_calls_with_their_runs(
+    kind: str, persistent: bool, request: pytest.FixtureRequest
+) -> None:
+    with open_sync(kind, request) as inner:
+        graph = subgraph_chat(RetainingSaver(inner), persistent=persistent)
+        for thread_id in (KEPT, TWIN):
+            for i in range(3):
+                graph.invoke(turn(i), thread(thread_id))
+        expected = _state(graph, KEPT)
+        RetainingSaver(inner).prune([KEPT])
+        namespaces: dict[str, int] = {}
+        for found in inner.list(thread(KEPT)):
+            ns = found.config["configurable"]["checkpoint_ns"]
+            namespaces[ns] = namespaces.get(ns, 0) + 1
+        assert namespaces == ({"": 1, "inner": 1} if persistent else {"": 1})
+        assert _state(graph, KEPT) == expected
+        assert integrity(inner, KEPT).clean
+        for thread_id in (KEPT, TWIN):
+            graph.invoke(turn(9), thread(thread_id))
+        assert _state(graph, KEPT) == _state(graph, TWIN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keep_latest_keeps_an_interrupted_head_and_its_writes(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The head's pending writes (the interrupt, a finished task's output) stay with it,
+    and the run resumes from it as on the twin."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = build_interrupt_graph(saver)
+        for thread_id in (KEPT, TWIN):
+            graph.invoke({"topic": "retention"}, thread_config(thread_id))
+        before = inner.get_tuple(thread_config(KEPT))
+        assert before is not None and before.pending_writes
+        saver.prune([KEPT])
+        after = inner.get_tuple(thread_config(KEPT))
+        assert after is not None and after.pending_writes == before.pending_writes
+        assert after.parent_config is None
+        results = [graph.invoke(Command(resume="yes"), thread_config(t)) for t in (KEPT, TWIN)]
+        assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_aprune_on_async_savers(kind: str, request: pytest.FixtureRequest) -> None:
+    async with open_async(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = chat_graph(saver, "delta")
+        for i in range(4):
+            await graph.ainvoke(turn(i), thread(KEPT))
+        await graph.ainvoke(turn(0), thread(TWIN))
+        state = await graph.aget_state(thread(KEPT))
+        await saver.aprune([KEPT], delta_graph=graph)
+        history = [s async for s in graph.aget_state_history(thread(KEPT))]
+        assert len(history) == 1 and history[0].values == state.values
+        assert (await aintegrity(inner, KEPT)).clean
+        await saver.aprune([KEPT, TWIN], strategy="delete")
+        assert await inner.aget_tuple(thread(KEPT)) is None
+        assert await inner.aget_tuple(thread(TWIN)) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_delete_deletes_the_threads_and_their_reclaim_records(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = chat_graph(saver)
+        for thread_id in (KEPT, TWIN):
+            graph.invoke(turn(0), thread(thread_id))
+        saver.prune([KEPT], strategy="delete")
+        assert inner.get_tuple(thread(KEPT)) is None
+        assert inner.get_tuple(thread(TWIN)) is not None
+
+
+def test_bad_arguments_name_themselves() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = RetainingSaver(InMemorySaver())
+    with pytest.raises(ValueError, match="strategy"):
+        saver.prune(["t"], strategy="keep_oldest")
+    with pytest.raises(TypeError, match="thread_ids"):
+        saver.prune("t")
+    with pytest.raises(TypeError, match="delta_graph"):
+        saver.prune(["t"], delta_graph=object())
