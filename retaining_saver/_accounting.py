@@ -30,7 +30,7 @@ class ReclaimEvent:
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str
-    successor_id: str | None
+    head_id: str | None
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Accounts:
         self.count("reclaimed", by=len(result.reclaimed))
         for checkpoint_id in result.reclaimed:
             logger.info(
-                "reclaimed checkpoint %s of thread %s (successor %s)",
+                "reclaimed checkpoint %s of thread %s (the run starts from %s)",
                 checkpoint_id,
                 result.thread_id,
                 result.head_id,

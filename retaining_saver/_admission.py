@@ -40,7 +40,7 @@ from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, Reten
 from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
-# tests/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
+# tests/admission/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
 # the installed LangGraph.
 RUNTIME_KEY = "__pregel_runtime"
 
@@ -108,7 +108,13 @@ def map_selectors(config: RunnableConfig) -> frozenset[str]:
 
 
 _STACK_ENDS = frozenset(
-    {Skip.NOT_MARKED, Skip.PROTECTED, Skip.OWNS_WRITES, Skip.MISSING_PARENT, Skip.NOT_A_CLONE}
+    {
+        Skip.NOT_A_DURATION_LEAF,
+        Skip.PROTECTED_ID,
+        Skip.OWNS_WRITES,
+        Skip.MISSING_PARENT,
+        Skip.PARENT_STATE_DIFFERS,
+    }
 )
 
 Admitted = tuple[AdmissionResult, CheckpointTuple | None]
@@ -138,7 +144,7 @@ def admit_read(
         head, reclaimed = yield from flow
         if head is not None and not _rules.may_have_marker(head.metadata, policy):
             # The common case, told from the metadata alone: no leaf is left to take.
-            skip = None if reclaimed else Skip.NOT_MARKED
+            skip = None if reclaimed else Skip.NOT_A_DURATION_LEAF
             result = AdmissionResult(thread_id, tuple(reclaimed), skip, head.checkpoint["id"])
             return result, head
     node = node_of(head) if head is not None else None
@@ -197,7 +203,7 @@ def read_head(
     thread_id: str, config: RunnableConfig, backend: HeadReader
 ) -> Flow[CheckpointTuple | None]:
     """The async admission read, where the saver's own costs more than its statements
-    (`HeadReader.reads_head_for_less`).
+    (`HeadReader.reads_head_itself`).
 
     Answers what `await inner.aget_tuple(config)` answers: the backend runs
     the saver's statements in one round and builds the tuple as the saver
@@ -223,7 +229,7 @@ def _tuple_of_row(
     return backend.read_tuple(row, writes)
 
 
-def _now(build: Callable[[], CheckpointTuple | None]) -> Flow[CheckpointTuple | None]:
+def _in_place(build: Callable[[], CheckpointTuple | None]) -> Flow[CheckpointTuple | None]:
     """`build()` as a flow with no effects: it runs in place, whichever the driver."""
     yield from ()
     return build()
@@ -271,7 +277,7 @@ def _reclaim_stack(
         if (skip := _rules.leaf_skip(node, policy, protected)) is not None:
             break
         try:
-            op = backend.reclaim_leaf(thread_id, node, policy, protected, with_successor=read)
+            op = backend.reclaim_leaf(thread_id, node, policy, protected, with_parent_row=read)
             facts = yield from _cache_safe_take(thread_id, node, op, _is_taken)
         except Exception as error:
             if (yield from _taken_anyway(thread_id, node, backend)):
@@ -292,7 +298,7 @@ def _reclaim_stack(
         reclaimed.append(node.checkpoint_id)
         leaf_id, node = node.checkpoint_id, facts.parent
         if read and head is not None:
-            build = _now(partial(backend.successor, head, facts))
+            build = _in_place(partial(backend.parent_tuple, head, facts))
             head = yield from _built_or_read(build, read_config, f"reclaimed {leaf_id}")
             node = node_of(head) if head is not None else None
     if reclaimed and skip in _STACK_ENDS:
@@ -416,7 +422,7 @@ def head_skip(
     if head is None:
         return Skip.EMPTY_THREAD
     if not _rules.may_have_marker(head.metadata, policy):
-        return Skip.NOT_MARKED
+        return Skip.NOT_A_DURATION_LEAF
     return _rules.leaf_skip(node_of(head), policy, run_selectors(config))
 
 

@@ -27,21 +27,21 @@ class UnsupportedSaverError(RetainingSaverError, TypeError):
 class CheckpointNotFoundError(RetainingSaverError, LookupError):
     """A read pinned to a `checkpoint_id` found no such checkpoint.
 
-    Raised only with `strict_pinned_reads=True`. `successor` names the
+    Raised only with `strict_pinned_reads=True`. `clone_id` names the
     checkpoint that replaced it when this process reclaimed it, else None.
     """
 
     def __init__(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, successor: str | None
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str | None
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.checkpoint_id = checkpoint_id
-        self.successor = successor
+        self.clone_id = clone_id
         where = f"thread {thread_id!r}, namespace {checkpoint_ns!r}"
         hint = (
-            f"; it was reclaimed as a duplicate of {successor!r}, which holds the same state"
-            if successor
+            f"; it was reclaimed as a duplicate of {clone_id!r}, which holds the same state"
+            if clone_id
             else ""
         )
         super().__init__(f"checkpoint {checkpoint_id!r} does not exist in {where}{hint}")

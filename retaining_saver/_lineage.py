@@ -105,7 +105,7 @@ class LeafFacts:
         has_children: Whether any checkpoint names the leaf as its parent.
         newest_id: The newest checkpoint id of the leaf's namespace.
         runner_up_id: The newest id below the leaf's; None if there is none.
-        successor: The parent's stored row, in the backend's own shape, from
+        parent_row: The parent's stored row, in the backend's own shape, from
             which it answers the read the run makes once the leaf is gone.
     """
 
@@ -114,7 +114,7 @@ class LeafFacts:
     has_children: bool
     newest_id: str | None
     runner_up_id: str | None
-    successor: Any = field(default=None, repr=False, compare=False)
+    parent_row: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,13 +227,13 @@ class Skip(StrEnum):
     """Why admission cleanup reclaimed nothing."""
 
     EMPTY_THREAD = "empty-thread"
-    NOT_MARKED = "not-a-duration-leaf"
+    NOT_A_DURATION_LEAF = "not-a-duration-leaf"
     OWNS_WRITES = "owns-writes"
-    PROTECTED = "protected-id"
+    PROTECTED_ID = "protected-id"
     MISSING_PARENT = "missing-parent"
-    NOT_A_CLONE = "parent-state-differs"
+    PARENT_STATE_DIFFERS = "parent-state-differs"
     PRECONDITION_CHANGED = "precondition-changed"
     CACHE_INVALIDATION_FAILED = "cache-invalidation-failed"
     PERMISSION_DENIED = "permission-denied"
     FAILED = "failed"
-    DISABLED = "cleanup-disabled"
+    CLEANUP_DISABLED = "cleanup-disabled"

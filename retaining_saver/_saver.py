@@ -293,7 +293,7 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
 
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
         backend = self.backend
-        if isinstance(backend, HeadReader) and backend.reads_head_for_less:
+        if isinstance(backend, HeadReader) and backend.reads_head_itself:
             try:
                 flow = _admission.read_head(thread_id, config, backend)
                 return await adrive(flow, self.performer)
@@ -308,7 +308,7 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         if skip is None:
             return False
         self.accounts.count("attempted", f"skip:{skip.value}")
-        if skip is Skip.PROTECTED and head is not None and self.retry is not None:
+        if skip is Skip.PROTECTED_ID and head is not None and self.retry is not None:
             # Another worker, without this run's selectors, may still reclaim it.
             self.retry.remember(head)
         return True
@@ -429,7 +429,7 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         """Cleanup that looks the head up itself, without its values; `protected`: ids the
         run addresses, never reclaimed."""
         if self.backend is None or self.admission == "off":
-            return AdmissionResult(thread_id, (), Skip.DISABLED), None
+            return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
         if self.accounts.waiting():
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)

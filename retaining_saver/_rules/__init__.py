@@ -13,7 +13,7 @@ transaction, the preconditions a `Deletion` names. Postgres also judges a
 trailing leaf inside the statement that reads the head (`ADMIT_AND_READ_SQL`),
 by this module's marker bound as data (`MarkerShape`), and in the one that
 takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking `untaken_skip` why when
-it took nothing); tests/test_reclaim_guard.py holds both to `leaf_verdict`.
+it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|

@@ -51,7 +51,7 @@ class MarkerShape:
 
     Metadata has the marker when its `source` is `source` and it has one of
     `keys` at its top level. A backend that judges a leaf in SQL binds these
-    values, never its own copy of them; tests/test_reclaim_guard.py holds the
+    values, never its own copy of them; tests/admission/test_reclaim_guard.py holds the
     statements to `leaf_verdict`.
     """
 
@@ -102,9 +102,9 @@ def leaf_skip(
 ) -> Skip | None:
     """Why `node` cannot be a reclaimable leaf before its parent is known, else None."""
     if not has_marker(node, policy):
-        return Skip.NOT_MARKED
+        return Skip.NOT_A_DURATION_LEAF
     if node.checkpoint_id in protected or node.checkpoint_id in policy.protect_checkpoint_ids:
-        return Skip.PROTECTED
+        return Skip.PROTECTED_ID
     if node.write_count:
         return Skip.OWNS_WRITES
     return None
@@ -127,7 +127,7 @@ def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | N
     if leaf.parent_id is None or parent is None:
         return Skip.MISSING_PARENT
     if not is_clone(leaf, parent):
-        return Skip.NOT_A_CLONE
+        return Skip.PARENT_STATE_DIFFERS
     return None
 
 

@@ -183,22 +183,22 @@ class Backend(ABC):
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[LeafFacts]:
         """The leaf and its parent by primary key, the leaf's guards, and the parent's row."""
-        nodes, successor = yield from self.leaf_rows(thread_id, checkpoint_ns, leaf_id, parent_id)
+        nodes, parent_row = yield from self.leaf_rows(thread_id, checkpoint_ns, leaf_id, parent_id)
         return LeafFacts(
             leaf=nodes.get(leaf_id),
             parent=nodes.get(parent_id) if parent_id is not None else None,
             has_children=(yield from self.has_children(thread_id, checkpoint_ns, leaf_id)),
             newest_id=(yield from self.newest_id(thread_id, checkpoint_ns)),
             runner_up_id=(yield from self.newest_id(thread_id, checkpoint_ns, below=leaf_id)),
-            successor=successor,
+            parent_row=parent_row,
         )
 
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
-        """The leaf and parent nodes found, and the parent's row as `successor` wants it.
+        """The leaf and parent nodes found, and the parent's row as `parent_tuple` wants it.
 
-        By default `successor` needs no row (None).
+        By default `parent_tuple` needs no row (None).
         """
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         nodes = yield from self.load_nodes(thread_id, checkpoint_ns, ids)
@@ -222,7 +222,7 @@ class Backend(ABC):
         return deleted
 
     @abstractmethod
-    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """What an unpinned read returns once `leaf` is gone: its parent, from `facts`.
 
         None when the backend cannot build it exactly; the caller reads it then.
@@ -336,12 +336,12 @@ class Backend(ABC):
         policy: RetentionPolicy,
         protected: frozenset[str],
         *,
-        with_successor: bool = True,
+        with_parent_row: bool = True,
     ) -> Op[LeafFacts | Skip]:
         """Delete `leaf` if `leaf_verdict` allows it on the rows as they are now.
 
         Answers the facts of the leaf taken, or the reason nothing was deleted.
-        `with_successor`: the facts carry what `successor` needs to build the
+        `with_parent_row`: the facts carry what `parent_tuple` needs to build the
         parent's tuple (a backend may skip reading it otherwise).
         """
         facts = yield from self.leaf_facts(
@@ -382,7 +382,7 @@ class HeadReader(Backend):
 
     @property
     @abstractmethod
-    def reads_head_for_less(self) -> bool:
+    def reads_head_itself(self) -> bool:
         """Whether the async admission read is read here rather than by the saver."""
 
     @abstractmethod

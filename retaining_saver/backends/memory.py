@@ -184,7 +184,7 @@ class MemoryBackend(Backend):
         facts: LeafFacts = yield statement
         return facts
 
-    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
         None on drift, so that the saver reads it."""
         if facts.parent is None or not self.fast:

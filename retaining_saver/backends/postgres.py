@@ -614,9 +614,9 @@ def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
 
 
 def _taken_facts(
-    row: Row, params: Mapping[str, Any], leaf: CheckpointNode, *, with_successor: bool
+    row: Row, params: Mapping[str, Any], leaf: CheckpointNode, *, with_parent_row: bool
 ) -> LeafFacts:
-    """What the take of `leaf` proved before it deleted it; with `with_successor`, the
+    """What the take of `leaf` proved before it deleted it; with `with_parent_row`, the
     parent's row as the saver's `SELECT_SQL` reads it.
 
     The leaf's row was `leaf`, childless and the newest, its parent next.
@@ -627,7 +627,7 @@ def _taken_facts(
         has_children=False,
         newest_id=leaf.checkpoint_id,
         runner_up_id=leaf.parent_id,
-        successor=row if with_successor else None,
+        parent_row=row if with_parent_row else None,
     )
 
 
@@ -851,26 +851,26 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
         policy: RetentionPolicy,
         protected: frozenset[str],
         *,
-        with_successor: bool = True,
+        with_parent_row: bool = True,
     ) -> Op[LeafFacts | Skip]:
         """Carry out the rules' deletion of `leaf` in one guarded statement.
 
         The statement re-checks every precondition of the `Deletion`; when it
         took nothing, `untaken_skip` names the reason from what it read: the
         parent's row, and whether the leaf's was still as judged. With
-        `with_successor` it reads the parent's row as the saver's own read does.
+        `with_parent_row` it reads the parent's row as the saver's own read does.
         """
         params = _take_params(thread_id, leaf, self.reclaimed_ttl)
-        with_successor = with_successor and self.fast  # else the saver reads the parent
-        sql = RECLAIM_LEAF_READ_SQL if with_successor else RECLAIM_LEAF_SQL
+        with_parent_row = with_parent_row and self.fast  # else the saver reads the parent
+        sql = RECLAIM_LEAF_READ_SQL if with_parent_row else RECLAIM_LEAF_SQL
         rows = yield Statement(sql, params, fetch=True)
         if rows[0]["taken"]:
-            return _taken_facts(rows[0], params, leaf, with_successor=with_successor)
+            return _taken_facts(rows[0], params, leaf, with_parent_row=with_parent_row)
         parent = _parent_of(rows[0], params)
         return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
     @property
-    def reads_head_for_less(self) -> bool:
+    def reads_head_itself(self) -> bool:
         """True for `AsyncPostgresSaver`, whose read always deserializes pending writes in a
         worker thread; `PostgresSaver` has no async read at all. Off on drift."""
         return isinstance(self.saver, AsyncPostgresSaver) and self.fast
@@ -931,13 +931,13 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
             return None
         return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]), writes)
 
-    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's read builds for the parent, from the parent's own row.
 
         Never from the leaf's loaded values: a value the serializer reads back
         in another type than it was written cannot tell how it was stored.
         """
-        row = facts.successor
+        row = facts.parent_row
         return None if row is None or row["checkpoint"] is None else self.read_tuple(row)
 
     def _tuple_of(

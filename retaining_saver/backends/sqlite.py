@@ -502,7 +502,7 @@ class SqliteBackend(SqlBackend):
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
-        """Each row decoded once: the parent's, with its writes, is the successor's."""
+        """Each row decoded once: the parent's, with its writes, is `parent_tuple`'s."""
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
         rows = yield Statement(SELECT_NODES_SQL, params)
@@ -521,12 +521,12 @@ class SqliteBackend(SqlBackend):
         rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
         return [tuple(r.values()) for r in rows]
 
-    def successor(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds from the parent's row; None on
         drift, so that the saver reads it."""
-        if facts.successor is None or not self.fast:
+        if facts.parent_row is None or not self.fast:
             return None
-        row, checkpoint, writes = facts.successor
+        row, checkpoint, writes = facts.parent_row
         thread_id = str(leaf.config["configurable"]["thread_id"])
         loaded = load_pending_writes(writes, self.saver.serde)
         return self._tuple_of(thread_id, row, checkpoint, loaded)
@@ -541,7 +541,7 @@ class SqliteBackend(SqlBackend):
         return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
     @property
-    def reads_head_for_less(self) -> bool:
+    def reads_head_itself(self) -> bool:
         """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save. Off on
         drift."""
         return isinstance(self.saver, AsyncSqliteSaver) and self.fast

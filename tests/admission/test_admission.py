@@ -209,7 +209,7 @@ def test_a_leaf_kept_for_its_parent_says_why(kind: str, request: pytest.FixtureR
         # Any head is marked: the run's own head differs from its parent.
         differs = RetainingSaver(inner, is_reclaimable_leaf=lambda node: True)
         for saver, thread_id, skip in (
-            (differs, "differs", Skip.NOT_A_CLONE),
+            (differs, "differs", Skip.PARENT_STATE_DIFFERS),
             (RetainingSaver(inner), "orphan", Skip.MISSING_PARENT),
             (RetainingSaver(inner), "first", Skip.MISSING_PARENT),
         ):
@@ -302,6 +302,6 @@ def test_admission_off_never_cleans(request: pytest.FixtureRequest) -> None:
         graph.invoke(chat_turn(0), config)
         write_duration_leaf(saver, "off")
         graph.invoke(chat_turn(1), config)
-        assert saver.admit("off").skipped == Skip.DISABLED
+        assert saver.admit("off").skipped == Skip.CLEANUP_DISABLED
         assert leaf_count(saver, "off") == 1
         assert not saver.cleanup_enabled

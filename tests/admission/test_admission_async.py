@@ -58,7 +58,7 @@ async def test_pending_write_and_update_state_leave_it(
         await inner.aput_writes(thread("keep", leaf), [("turns", 5)], task_id="in-flight")
         assert (await saver.aadmit("keep")).skipped == Skip.OWNS_WRITES
         await graph.aupdate_state(config, {"summary": "retitled"})
-        assert (await saver.aadmit("keep")).skipped == Skip.NOT_MARKED
+        assert (await saver.aadmit("keep")).skipped == Skip.NOT_A_DURATION_LEAF
         assert (await aintegrity(saver, "keep")).clean
 
 

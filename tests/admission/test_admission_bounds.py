@@ -245,16 +245,16 @@ def test_cleanup_error_is_logged_and_read_proceeds(caplog: pytest.LogCaptureFixt
 
 @pytest.mark.parametrize("stamped_by", ["another-process", "this-saver"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_failed_successor_build_still_counts_the_reclaim(
+def test_failed_parent_build_still_counts_the_reclaim(
     kind: str, stamped_by: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The leaf is gone once the successor is built: a failed build reads it instead.
+    """The leaf is gone once the parent it hands the run is built: a failed build reads it instead.
     Postgres builds it from the head row the statement that took the leaf read."""
     with open_sync(kind, request) as inner:
         events: list[ReclaimEvent] = []
         saver = RetainingSaver(inner, on_reclaim=events.append)
         own = stamped_by == "this-saver"
-        builder = "read_tuple" if saver.one_round is not None else "successor"
+        builder = "read_tuple" if saver.one_round is not None else "parent_tuple"
         leaf = _next_turn_with_broken(saver, "s", builder, saver if own else None)
         assert inner.get_tuple(_pinned("s", leaf)) is None
         assert (saver.counters.reclaimed, saver.counters.failed) == (1, 0)
@@ -273,7 +273,7 @@ def test_on_reclaim_and_counters() -> None:
     leaf = write_duration_leaf(saver, "o")
     graph.invoke(chat_turn(1), thread_config("o"))
     assert [e.checkpoint_id for e in events] == [leaf]
-    assert events[0].successor_id is not None
+    assert events[0].head_id is not None
     assert saver.counters.reclaimed == 1 and saver.counters.attempted == 2
 
 
@@ -330,7 +330,7 @@ def test_a_pinned_read_of_a_reclaimed_id_answers_its_clone() -> None:
     with pytest.raises(CheckpointNotFoundError) as raised:
         strict.get_tuple(_pinned("p", never))
     assert raised.value.checkpoint_id == never
-    assert raised.value.successor is None
+    assert raised.value.clone_id is None
 
 
 def test_lock_registry_does_not_grow() -> None:

@@ -132,10 +132,10 @@ def _not_a_clone(inner: Any, leaf: dict[str, Any]) -> None:
 # How the head differs from a reclaimable leaf, and the reason admission names.
 NOT_TAKEN = {
     "write": (_stale_by_a_write, Skip.OWNS_WRITES),
-    "another-run": (_stale_by_another_run, Skip.NOT_MARKED),
-    "unmarked-rewrite": (_unmarked_rewrite, Skip.NOT_MARKED),
-    "protected": (_protected, Skip.PROTECTED),
-    "not-a-clone": (_not_a_clone, Skip.NOT_A_CLONE),
+    "another-run": (_stale_by_another_run, Skip.NOT_A_DURATION_LEAF),
+    "unmarked-rewrite": (_unmarked_rewrite, Skip.NOT_A_DURATION_LEAF),
+    "protected": (_protected, Skip.PROTECTED_ID),
+    "not-a-clone": (_not_a_clone, Skip.PARENT_STATE_DIFFERS),
 }
 
 
@@ -174,7 +174,7 @@ def test_a_run_pinned_by_its_checkpoint_map_keeps_the_leaf(request: pytest.Fixtu
         config["configurable"]["checkpoint_map"] = {"": leaf_id}
         answer = saver.get_tuple(config)
         assert answer is not None and answer.checkpoint["id"] == leaf_id
-        assert saver.counters.skipped == {Skip.PROTECTED.value: 1}
+        assert saver.counters.skipped == {Skip.PROTECTED_ID.value: 1}
 
 
 # One statement a run
@@ -283,7 +283,7 @@ def test_a_protected_id_with_quotes_is_kept(request: pytest.FixtureRequest) -> N
         odd = ['a"b', "c\\d", "{e,f}", "nul\x00", "lone \ud800"]
         saver = RetainingSaver(inner, protect_checkpoint_ids=[*odd, leaf_id])
         saver.get_tuple(run_read("q"))
-        assert saver.counters.skipped == {Skip.PROTECTED.value: 1}
+        assert saver.counters.skipped == {Skip.PROTECTED_ID.value: 1}
         assert saver.counters.failed == 0
 
 

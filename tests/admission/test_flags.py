@@ -50,11 +50,11 @@ def test_is_reclaimable_leaf_replaces_marker_rule() -> None:
     graph.invoke(turn(0), thread("custom"))
     write_duration_leaf(inner, "custom")
     never = RetainingSaver(inner, is_reclaimable_leaf=lambda node: False)
-    assert never.admit("custom").skipped == Skip.NOT_MARKED
+    assert never.admit("custom").skipped == Skip.NOT_A_DURATION_LEAF
     always = RetainingSaver(inner, is_reclaimable_leaf=lambda node: True)
     assert len(always.admit("custom").reclaimed) == 1
     # The clone rule still holds: the run head's parent has different versions.
-    assert always.admit("custom").skipped == Skip.NOT_A_CLONE
+    assert always.admit("custom").skipped == Skip.PARENT_STATE_DIFFERS
 
 
 def test_with_allowlist_clone_reads_through_the_new_inner() -> None:
@@ -75,7 +75,7 @@ def test_protect_checkpoint_ids_from_a_generator_still_protect() -> None:
     chat_graph(inner).invoke(turn(0), thread("gen"))
     leaf = write_duration_leaf(inner, "gen")
     saver = RetainingSaver(inner, protect_checkpoint_ids=(i for i in [leaf]))
-    assert saver.admit("gen").skipped is Skip.PROTECTED
+    assert saver.admit("gen").skipped is Skip.PROTECTED_ID
 
 
 @pytest.mark.parametrize(

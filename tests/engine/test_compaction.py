@@ -66,6 +66,12 @@ def root_deletions(report: RetentionReport) -> set[str]:
     return {cid for (ns, cid) in report.deleted if ns == ""}
 
 
+def _tasks(state: Any) -> list[tuple[Any, ...]]:
+    """What a snapshot's tasks show of its pending writes, without ids that differ
+    between the twins: each task's node, error, interrupt values and result."""
+    return [(t.name, repr(t.error), [i.value for i in t.interrupts], t.result) for t in state.tasks]
+
+
 def assert_like_twin(
     twins: Twins, before: list[str], report: RetentionReport, shape: Shape
 ) -> None:
@@ -76,6 +82,7 @@ def assert_like_twin(
     for cid in kept:
         mine, twin = twins.state(KEPT, cid), twins.state(TWIN, twins.kept_to_twin[cid])
         assert (mine.values, mine.next) == (twin.values, twin.next), cid
+        assert _tasks(mine) == _tasks(twin), cid  # pending writes: results, errors, interrupts
     assert integrity(graph.checkpointer, KEPT).clean
     turn_ends = [cid for cid in kept if not twins.state(KEPT, cid).next]
     assert_same_continuation(twins, shape.next_input, None, None)

@@ -986,8 +986,8 @@ def test_deletion_holds(change: str, holds: bool) -> None:
     ("leaf_row", "parent_row", "skip"),
     [
         ("as-judged", "clone", Skip.PRECONDITION_CHANGED),
-        ("as-judged", "state-differs", Skip.NOT_A_CLONE),
-        ("as-judged", "not-its-parent", Skip.NOT_A_CLONE),
+        ("as-judged", "state-differs", Skip.PARENT_STATE_DIFFERS),
+        ("as-judged", "not-its-parent", Skip.PARENT_STATE_DIFFERS),
         ("as-judged", "gone", Skip.MISSING_PARENT),
         ("gone", "gone", Skip.PRECONDITION_CHANGED),
         ("changed", "state-differs", Skip.PRECONDITION_CHANGED),

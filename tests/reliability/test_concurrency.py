@@ -49,7 +49,7 @@ LEAD_SECONDS = 0.05  # how far ahead of "now" a round's start instant is set
 
 # A call that did not delete the leaf saw either the run checkpoint as head
 # (the leaf was already gone) or the leaf, and lost the guarded deletion.
-LOSER_SKIPS = {Skip.NOT_MARKED.value, Skip.PRECONDITION_CHANGED.value}
+LOSER_SKIPS = {Skip.NOT_A_DURATION_LEAF.value, Skip.PRECONDITION_CHANGED.value}
 
 SAVERS = ("shared", "per-task")
 
