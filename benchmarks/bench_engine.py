@@ -8,8 +8,8 @@ the leaf: 19 duration-only chain links and one trailing leaf), and the same
 chat plus 5 regenerates from older turns. Then runs engine passes and prints
 rows and bytes per table before and after each, and the deletion count:
 
-1. `chat`, default policy (E1): only the trailing leaf goes.
-2. `regen`, E1 + E2 (`prune_leaf_sibling_branches`): the superseded subtrees go too.
+1. `chat`, default policy (`leaf`): only the trailing leaf goes.
+2. `regen`, `leaf+branches` (`prune_leaf_sibling_branches`): superseded subtrees go too.
 3. `chat` and `regen` again with `graft_duration_links`: the chain links go.
 
 On SQLite it then runs `SqliteBackend.compact` and prints the file bytes.
@@ -34,12 +34,12 @@ from retaining_saver.backends.sqlite import SqliteBackend
 from retaining_saver.testing.checks import integrity
 
 PASSES: tuple[tuple[str, str, RetentionPolicy], ...] = (
-    ("chat", "E1 (default)", RetentionPolicy()),
-    ("regen", "E1+E2", RetentionPolicy(prune_leaf_sibling_branches=True)),
-    ("chat", "E1+graft", RetentionPolicy(graft_duration_links=True)),
+    ("chat", "leaf (default)", RetentionPolicy()),
+    ("regen", "leaf+branches", RetentionPolicy(prune_leaf_sibling_branches=True)),
+    ("chat", "leaf+graft", RetentionPolicy(graft_duration_links=True)),
     (
         "regen",
-        "E1+E2+graft",
+        "leaf+branches+graft",
         RetentionPolicy(prune_leaf_sibling_branches=True, graft_duration_links=True),
     ),
 )

@@ -37,7 +37,8 @@ from retaining_saver._effects import (
 )
 from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, RetentionPolicy, Skip
-from retaining_saver.backends._base import Backend, HeadReader, OneRoundBackend, Op, T
+from retaining_saver.backends._base import Backend, Op, T
+from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
 
 # LangGraph marks the reads of its run loop with this `configurable` key;
 # tests/admission/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against

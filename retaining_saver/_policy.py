@@ -31,10 +31,14 @@ class RetentionPolicy:
     """What the exhaustive engine may delete. The default is the contract's.
 
     Args:
-        trailing_duration_leaves: E1, on by default.
-        prune_leaf_sibling_branches: E2, delete whole superseded subtrees.
-        sibling_branch_min_age: With E2, keep a subtree whose newest checkpoint
-            is younger than this, since a client may still hold its ids.
+        trailing_duration_leaves: Delete each namespace's trailing duration-only
+            leaf (a clone of its parent that owns no writes); on by default.
+        prune_leaf_sibling_branches: Delete whole superseded subtrees: sibling
+            branches forked off the protected chain (a regenerated answer's
+            old branch, say).
+        sibling_branch_min_age: With `prune_leaf_sibling_branches`, keep a
+            subtree whose newest checkpoint is younger than this, since a
+            client may still hold its ids.
         graft_duration_links: Remove duration-only chain links by re-parenting
             their children onto the link's parent.
         max_delete_per_run: At most this many deletions per thread; 0 plans

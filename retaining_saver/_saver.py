@@ -55,7 +55,7 @@ from retaining_saver._rules import (
 from retaining_saver._stamps import OwnStamps
 from retaining_saver._writes import WritesMixin, pinned_to, well_formed
 from retaining_saver.backends import backend_for, backend_name
-from retaining_saver.backends._base import HeadReader, OneRoundBackend
+from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
 
 logger = logging.getLogger("retaining_saver")
 

@@ -154,7 +154,9 @@ def _add_command_options(name: str, sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--thread", metavar="ID", help="one thread id; default: the whole store")
     if name in ("plan", "enforce"):
         sub.add_argument("--thread", action="append", metavar="ID", help="thread id (repeatable)")
-        sub.add_argument("--prune-branches", action="store_true", help="E2: superseded subtrees")
+        sub.add_argument(
+            "--prune-branches", action="store_true", help="delete superseded sibling subtrees"
+        )
         sub.add_argument(
             "--min-age-hours", type=_hours, metavar="H", help="with --prune-branches: TTL"
         )

@@ -2,8 +2,9 @@
 
 Everything that decides a deletion lives in this package, as functions of a
 thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
-leaves, and what a step proved), `_plan` (a thread's plan) and `_history`
-(the history rules). This page is their table of contents.
+leaves, and what a step proved), `_plan` (a thread's plan), `_history`
+(the history rules) and `_runs` (the runs, steps, DeltaChannel walks and
+subgraph namespaces those rules read). This page is their table of contents.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
@@ -17,10 +18,10 @@ it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verd
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
-| trailing duration-only leaf  | on (E1)   | head of its namespace, marker shape, clone of |
+| trailing duration-only leaf  | on        | head of its namespace, marker shape, clone of |
 |                              |           | its parent, owns no writes                    |
 | superseded sibling subtree   | opt-in    | whole subtree off the protected chain, forked |
-| (E2)                         |           | off a present checkpoint, older than the TTL  |
+|                              |           | off a present checkpoint, older than the TTL  |
 | duration-only chain link     | opt-in    | clone of its parent, owns no writes; its      |
 |                              | (graft)   | children are re-parented to its parent        |
 | beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
@@ -52,7 +53,7 @@ they name (`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none.
 
 DeltaChannels (named in `counters_since_delta_snapshot` metadata) rebuild a
 value from ancestors' writes back to the nearest checkpoint that stores it
-(`_walk`). No rule cuts such a walk of a checkpoint it keeps: the walk stays
+(`_runs.walk`). No rule cuts such a walk of a checkpoint it keeps: the walk stays
 (`delta-history`), or, at a root the history rules make in the root
 namespace and for the channels `RetentionPolicy.delta_graph` declares, the
 value is stored whole there first (`Plan.materialise`). A thread marked by
@@ -110,12 +111,6 @@ from retaining_saver._lineage import (
     Skip,
 )
 from retaining_saver._policy import LeafPredicate, RetentionPolicy
-from retaining_saver._rules._history import (
-    compactable_steps,
-    delta_channels,
-    split_runs,
-    uses_delta_channels,
-)
 from retaining_saver._rules._leaf import (
     DELTA_METADATA_KEY,
     DELTA_UNNAMED_KEY,
@@ -139,6 +134,12 @@ from retaining_saver._rules._leaf import (
     untaken_skip,
 )
 from retaining_saver._rules._plan import plan_retention
+from retaining_saver._rules._runs import (
+    compactable_steps,
+    delta_channels,
+    split_runs,
+    uses_delta_channels,
+)
 
 __all__ = [
     "DELTA_METADATA_KEY",

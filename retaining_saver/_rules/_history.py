@@ -3,7 +3,7 @@ subgraph namespaces with their root runs; DeltaChannel walks. No I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -12,17 +12,24 @@ from retaining_saver._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
-    Lineage,
     NodeKey,
     Protection,
     Reason,
     Root,
 )
 from retaining_saver._rules._leaf import (
-    DELTA_METADATA_KEY,
     DELTA_UNNAMED_KEY,
     ROOT_NAMESPACE,
     _parse_ts,
+)
+from retaining_saver._rules._runs import (
+    compactable_steps,
+    delta_channels,
+    is_persistent,
+    parents_named,
+    root_of,
+    split_runs,
+    walk,
 )
 
 if TYPE_CHECKING:
@@ -95,7 +102,7 @@ class _History:
             if ROOT_NAMESPACE in heads:
                 self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
             for ns in others:
-                gone = not _is_persistent(ns) and self._names_its_roots(ns)
+                gone = not is_persistent(ns) and self._names_its_roots(ns)
                 self._plan(heads[ns], self._with_root_runs if gone else self._all_but_head)
             return
         rooted = [ns for ns in others if self._names_its_roots(ns)]
@@ -106,7 +113,7 @@ class _History:
             parent
             for ns in sorted(subgraphs)
             for key in (self._sticky(ns, heads[ns]) if ns in rooted else self._in_ns(ns))
-            for parent in _parents_named(self.lineage.nodes[key])
+            for parent in parents_named(self.lineage.nodes[key])
         }
         if ROOT_NAMESPACE in heads:
             self._plan(heads[ROOT_NAMESPACE], self._by_runs)
@@ -132,8 +139,8 @@ class _History:
     def _names_its_roots(self, ns: str) -> bool:
         """Whether every checkpoint of `ns` names its root checkpoint; in a task's
         namespace, all the same one (the checkpoint the task ran from)."""
-        roots = {_root_of(self.lineage.nodes[k]) for k in self._in_ns(ns)}
-        return None not in roots and (_is_persistent(ns) or len(roots) == 1)
+        roots = {root_of(self.lineage.nodes[k]) for k in self._in_ns(ns)}
+        return None not in roots and (is_persistent(ns) or len(roots) == 1)
 
     # Candidates for removal in the namespace being planned, by key
 
@@ -151,11 +158,11 @@ class _History:
         return removal
 
     def _with_root_runs(self, head: NodeKey, line: Sequence[NodeKey]) -> dict[NodeKey, Reason]:
-        spare = {head} if _is_persistent(head[0]) else set()
+        spare = {head} if is_persistent(head[0]) else set()
         removal = {
             key: Reason.BEYOND_HORIZON
             for key in self.ns_scope - spare
-            if (ROOT_NAMESPACE, _root_of(self.lineage.nodes[key])) in self.removed
+            if (ROOT_NAMESPACE, root_of(self.lineage.nodes[key])) in self.removed
         }
         if spare or len(removal) == len(self.ns_scope):
             return removal
@@ -166,7 +173,7 @@ class _History:
     def _sticky(self, ns: str, head: NodeKey) -> set[NodeKey]:
         """What of a rooted subgraph namespace stays whatever its root checkpoints do."""
         self._enter(head)
-        spare = {head} if _is_persistent(ns) else set()
+        spare = {head} if is_persistent(ns) else set()
         everything = dict.fromkeys(self.ns_scope, Reason.BEYOND_HORIZON)
         kept = set(self._rescued(everything)) | spare
         walked, _ = self._walks(kept, {k: r for k, r in everything.items() if k not in kept}, [])
@@ -281,7 +288,7 @@ class _History:
         what to materialise instead, at the root a pass makes.
 
         A delta channel's value at a checkpoint it does not store is its nearest
-        storing ancestor's value plus every writes row on the way (`_walk`). A
+        storing ancestor's value plus every writes row on the way (`_runs.walk`). A
         kept checkpoint's walks must stay whole, unless its value is stored
         there first: at the new root of the root namespace, for the channels
         `delta_graph` declares.
@@ -300,7 +307,7 @@ class _History:
             for channel in self._unstored(node):
                 if channel in materialise.get(key, ()):
                     continue
-                for step in _walk(self.lineage, node, channel, materialise):
+                for step in walk(self.lineage, node, channel, materialise):
                     if step in removed and step not in walked:
                         walked[step] = Protection.DELTA_HISTORY
                         todo.append(step)
@@ -396,7 +403,7 @@ class _History:
         checkpoints its checkpoints were written under made one: capped, they go
         together or wait together."""
         nodes = self.lineage.nodes
-        roots = {_root_of(nodes[(d.checkpoint_ns, d.checkpoint_id)]) for d in unit.deletions}
+        roots = {root_of(nodes[(d.checkpoint_ns, d.checkpoint_id)]) for d in unit.deletions}
         ties = [u for u in units if any(d.checkpoint_id in roots for d in u.deletions)]
         merged = _HistoryUnit([])
         for tie in [*ties, unit]:
@@ -421,104 +428,3 @@ class _History:
             if room is not None:
                 room -= len(unit.deletions)
         return self.units[:fitting], self.units[fitting:]
-
-
-def uses_delta_channels(lineage: Lineage) -> bool:
-    """Whether the thread's graph has a DeltaChannel, told from checkpoint metadata."""
-    return bool(delta_channels(lineage))
-
-
-def delta_channels(lineage: Lineage) -> frozenset[str]:
-    """The thread's DeltaChannels, told from checkpoint metadata.
-
-    LangGraph writes `counters_since_delta_snapshot` (by channel) on the
-    checkpoints of such a graph; not on every one (a snapshot resets it), so
-    any one of them tells. A channel stored at every step is never named, and
-    needs no walk.
-    """
-    found: set[str] = set()
-    for node in lineage.nodes.values():
-        counters = node.metadata.get(DELTA_METADATA_KEY)
-        if isinstance(counters, Mapping):
-            found.update(str(channel) for channel in counters)
-    return frozenset(found)
-
-
-def _walk(
-    lineage: Lineage,
-    node: CheckpointNode,
-    channel: str,
-    materialise: Mapping[NodeKey, Sequence[str]],
-) -> Iterator[NodeKey]:
-    """The checkpoints whose rows rebuild `channel`'s value at `node`, nearest first.
-
-    LangGraph collects the writes of each ancestor from the parent up, and
-    stops at the first that stores the value (its seed, included). An
-    ancestor with no version of the channel ends the walk too (included: its
-    writes may be the ones that created it): nothing above wrote it. A value
-    `materialise` stores counts as stored.
-    """
-    parent = lineage.parent(node)
-    while parent is not None:
-        key = (parent.checkpoint_ns, parent.checkpoint_id)
-        yield key
-        if (
-            channel in (parent.stored or ())
-            or channel in materialise.get(key, ())
-            or channel not in parent.channel_versions
-        ):
-            return
-        parent = lineage.parent(parent)
-
-
-def _parents_named(node: CheckpointNode) -> set[NodeKey]:
-    """The checkpoints of other namespaces `node` names in `metadata["parents"]`."""
-    parents = node.metadata.get("parents")
-    if not isinstance(parents, Mapping):
-        return set()
-    return {
-        (ns, cid)
-        for ns, cid in parents.items()
-        if isinstance(ns, str) and isinstance(cid, str) and ns != node.checkpoint_ns
-    }
-
-
-def _root_of(node: CheckpointNode) -> str | None:
-    """The root checkpoint a subgraph checkpoint was written under (`parents[""]`)."""
-    parents = node.metadata.get("parents")
-    root = parents.get(ROOT_NAMESPACE) if isinstance(parents, Mapping) else None
-    return root if isinstance(root, str) else None
-
-
-def _is_persistent(checkpoint_ns: str) -> bool:
-    """Whether a subgraph namespace is a `checkpointer=True` subgraph's own memory,
-    which outlives each call: its last part names no task (`node:task_id` does)."""
-    return ":" not in checkpoint_ns.rsplit("|", 1)[-1]
-
-
-def split_runs(line: Sequence[CheckpointNode]) -> list[list[CheckpointNode]]:
-    """A line, root first, cut before each `source == "input"` checkpoint.
-
-    What precedes the first input checkpoint is a run of its own.
-    """
-    runs: list[list[CheckpointNode]] = []
-    for node in line:
-        if not runs or node.metadata.get("source") == "input":
-            runs.append([node])
-        else:
-            runs[-1].append(node)
-    return runs
-
-
-def compactable_steps(run: Sequence[CheckpointNode]) -> list[CheckpointNode]:
-    """The super-steps step compaction removes from `run`, before its protections.
-
-    Those are the `loop` checkpoints strictly between the first one (the input
-    applied: regenerate's base) and the last one (where the run ended). The
-    input checkpoint and every `update`/`fork` checkpoint stay; what precedes
-    a thread's first input is no run.
-    """
-    if not run or run[0].metadata.get("source") != "input":
-        return []
-    loops = [n for n in run if n.metadata.get("source") == "loop"]
-    return loops[1:-1]

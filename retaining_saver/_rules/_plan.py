@@ -20,7 +20,7 @@ from retaining_saver._lineage import (
     Root,
 )
 from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules._history import _History, _parents_named
+from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import (
     _aware,
     _graftable_onto,
@@ -29,6 +29,7 @@ from retaining_saver._rules._leaf import (
     leaf_deletion,
     leaf_skip,
 )
+from retaining_saver._rules._runs import parents_named
 
 
 def plan_retention(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
@@ -272,7 +273,7 @@ class _Planner:
 
 def _subgraph_parents(lineage: Lineage) -> set[NodeKey]:
     """Checkpoints another namespace's checkpoints name in `metadata["parents"]`."""
-    return {key for node in lineage.nodes.values() for key in _parents_named(node)}
+    return {key for node in lineage.nodes.values() for key in parents_named(node)}
 
 
 def _flatten(units: Iterable[Sequence[Deletion]]) -> Iterable[NodeKey]:

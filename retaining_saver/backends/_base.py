@@ -3,7 +3,8 @@
 A backend speaks in operations: generators that yield its own statements (SQL
 with bound parameters, or a callable for the in-memory saver) and receive
 their rows. `run` drives an operation synchronously in one transaction and
-`arun` asynchronously, so each operation is written once for both.
+`arun` asynchronously, so each operation is written once for both. Backends
+that also answer the admission read themselves extend `_head_reader`'s classes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, 
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, PendingWrite
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
@@ -27,7 +27,6 @@ from retaining_saver._rules import (
     Graft,
     LeafFacts,
     Lineage,
-    MarkerShape,
     NodeKey,
     Plan,
     Root,
@@ -366,87 +365,6 @@ class Backend(ABC):
         return _rules.deletion_holds(
             deletion, now, has_children=has_children, newest_id=newest, runner_up_id=runner_up
         )
-
-
-class HeadReader(Backend):
-    """A backend that answers the async admission read itself, as its saver would, for less.
-
-    It runs the saver's own statements for the unpinned read (`head_row`, in
-    one `read`) and builds the tuple as the saver does (`read_tuple`). Where
-    the saver's async read costs more than its statements (Postgres: a worker
-    thread hop to deserialize pending writes, even when there are none;
-    SQLite: a hop to aiosqlite's thread for every cursor call), the admission
-    read then costs less than the bare one, and what it saves pays for the
-    wrapper.
-    """
-
-    @property
-    @abstractmethod
-    def reads_head_itself(self) -> bool:
-        """Whether the async admission read is read here rather than by the saver."""
-
-    @abstractmethod
-    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
-        """What the saver's own unpinned read selects, or None for an empty namespace."""
-
-    @abstractmethod
-    def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
-        """The deserialization of `row`'s pending writes where the saver runs it in a
-        worker thread and there are some, else None (`read_tuple` deserializes them)."""
-
-    @abstractmethod
-    def read_tuple(
-        self, row: Any, writes: list[PendingWrite] | None = None
-    ) -> CheckpointTuple | None:
-        """The tuple the saver's own read builds from `row`, with its pending writes
-        deserialized as `writes` (here, if None); or None where only the saver
-        itself can build it (read it through the saver then)."""
-
-
-class OneRoundBackend(HeadReader):
-    """A backend whose admission read takes the trailing leaf, if any, as it reads the head.
-
-    The rules' marker is bound as data (`MarkerShape`), so the store judges the
-    leaf inside the statement that reads the head: an admission that reclaims
-    costs one round trip, like the read it replaces.
-    """
-
-    @abstractmethod
-    def admit_and_read(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        marker: MarkerShape,
-        protected: frozenset[str],
-        token: str,
-    ) -> Op[tuple[str | None, Any]]:
-        """Take the namespace's newest checkpoint if `leaf_verdict` would, and read the head.
-
-        Answers the id taken (None if nothing was) and the row of the newest
-        checkpoint after it, as the saver reads it, for `read_tuple` (None for
-        an empty namespace). The reclaim record of a take names `token`.
-        """
-
-    @abstractmethod
-    def taken_by(self, thread_id: str, checkpoint_ns: str, token: str) -> Op[str | None]:
-        """The id an `admit_and_read` with `token` took, if its statement committed; a read."""
-
-
-def tuple_configs(
-    thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent_id: str | None
-) -> tuple[RunnableConfig, RunnableConfig | None]:
-    """The `config` and `parent_config` the stock savers give a checkpoint tuple."""
-
-    def config(target: str) -> RunnableConfig:
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": target,
-            }
-        }
-
-    return config(checkpoint_id), config(parent_id) if parent_id else None
 
 
 def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from retaining_saver._rules import CheckpointNode, Graft, Lineage, Root
-from retaining_saver.backends._base import HeadReader, Integrity, Op, StorageStats, TableStats
+from retaining_saver.backends._base import Integrity, Op, StorageStats, TableStats
+from retaining_saver.backends._head_reader import HeadReader
 
 Row = dict[str, Any]
 

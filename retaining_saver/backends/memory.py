@@ -28,8 +28,8 @@ from retaining_saver.backends._base import (
     T,
     TableStats,
     drive_statements,
-    tuple_configs,
 )
+from retaining_saver.backends._head_reader import tuple_configs
 from retaining_saver.backends._upstream import delta_snapshot
 
 Statement = Callable[[], Any]

@@ -17,57 +17,45 @@ The default READ COMMITTED isolation applies: a precondition is re-checked
 inside the transaction, but a checkpoint another connection commits after
 that check is not seen by it.
 
-Admission takes a leaf in one statement, with no explicit transaction: a
-round trip here costs more than a whole bare read's query. The statement
-re-checks every precondition the rules' `Deletion` names and answers whether
-it took the leaf, with the parent's row; when it took nothing, the rules tell
-why from that row and whether the leaf's row was still the one they judged.
-Concurrent deletes of one row serialize on its row lock, and the loser
-deletes nothing.
+The backend is three modules, each with its SQL at its top, split by when
+their statements run, so that each can be read whole:
 
-Over `AsyncPostgresSaver`, the async admission read runs the saver's own
-statement here and builds its tuple as `_load_checkpoint_tuple` does. The
-saver deserializes pending writes in a worker thread; so does this read, but
-only when the row holds some, as the hop is a sizable share of a whole read.
+- this one: the drivers, which run every statement of the three; the reclaim
+  records' table and the parent index; and the statements of `SqlBackend`'s
+  primitives (`_sql`), gathered by name (`SQL`);
+- `_postgres_admission` (`PostgresAdmission`): the statements of admission,
+  on the path of every run's read, each one round trip tuned to its query
+  plan: the guarded takes of a trailing leaf, and the saver's own reads;
+- `_postgres_plan` (`PostgresPlans`): the statements that carry out a plan's
+  steps in bulk and sweep the blobs they free.
 
-The other primitives are `SqlBackend`'s (`_sql`), run on the statements below
-(`SQL`); this module adds its drivers, the guarded takes, the blob sweep, and
-the saver's own reads.
+`PostgresBackend` mixes the two in; their statements reach the database only
+through the drivers here (`_execute`, `_aexecute`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any, cast
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
-from psycopg.types.json import Jsonb
 
-from retaining_saver import _rules
-from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, MarkerShape, Skip
-from retaining_saver.backends._apply import ParentChange, RowKey
+from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import (
-    OneRoundBackend,
     Op,
     T,
     adrive_statements,
     drive_statements,
     on_saver_loop,
-    tuple_configs,
 )
-from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
-from retaining_saver.backends._upstream import delta_snapshot
+from retaining_saver.backends._postgres_admission import PostgresAdmission
+from retaining_saver.backends._postgres_plan import PostgresPlans
+from retaining_saver.backends._sql import Row, SqlTexts, Statement
 
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
@@ -102,223 +90,6 @@ FROM checkpoints AS c
 WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
-
-# The leaf's row `c` is the one the rules judged: same parent, ts, versions,
-# and metadata, so its marker too.
-_LEAF_AS_JUDGED = """
-        c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id = %(leaf_id)s
-        AND c.parent_checkpoint_id = %(parent_id)s
-        AND c.checkpoint ->> 'ts' = %(ts)s
-        AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
-        AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
-        AND c.metadata = %(metadata)s"""
-
-# What every take does with the leaf it deleted, in its own statement: record
-# that its id now names its parent (the clone), with the admission that took
-# it (`taken_by`, so that a take whose reply was lost can be told).
-_RECORD_TAKEN = """
-), recorded AS (
-    INSERT INTO retaining_saver_reclaimed AS r
-        (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at, taken_by)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, checkpoint_id, parent_checkpoint_id, now(),
-        %(taken_by)s
-    FROM taken
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
-        SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at,
-            taken_by = EXCLUDED.taken_by
-"""
-
-# After a take, drop the thread's records older than the TTL, found by the age
-# index: the cost grows with how many expired, never with how many are kept.
-# A read of a record checks its age itself, so this only bounds the table.
-_EXPIRE_RECORDS = """
-), expired AS (
-    DELETE FROM retaining_saver_reclaimed AS r
-    WHERE r.thread_id = %(thread_id)s
-        AND r.reclaimed_at < now() - make_interval(secs => %(ttl_seconds)s)
-        AND EXISTS (SELECT 1 FROM taken)
-"""
-
-EXPIRE_EVERY = 16
-"""One admission read in this many also expires old reclaim records (every other take
-does, every time): the expiry is a statement node the common read would pay for."""
-
-# A take sets `synchronous_commit` off for its own statement alone, and only
-# when it took something: losing the delete in a crash leaves the leaf, a
-# valid state, and since the WAL is one sequence, the next durable commit
-# (the run's own next checkpoint) makes it durable.
-_COMMIT_MODE = """CASE WHEN EXISTS (SELECT 1 FROM taken)
-        THEN set_config('synchronous_commit', 'off', true) END AS commit_mode"""
-
-# Take one trailing leaf the rules judged, guarded, inside a statement.
-# `parent` reads the parent's row once; `taken` deletes the leaf only if
-# every precondition of the `Deletion` holds: the leaf row is as judged, the
-# parent holds the same versions, the leaf owns no writes and has no child,
-# and it is the newest with its parent next. Every subquery names its rows by
-# bound id: one index probe each, whatever the thread's length. The guards
-# sit in the DELETE itself, and the answers below carry no more facts than
-# `untaken_skip` needs: each plan node costs executor time on every run.
-_TAKE_LEAF_CTES = (
-    """
-WITH parent AS (
-    SELECT p.parent_checkpoint_id, p.checkpoint, p.metadata
-    FROM checkpoints AS p
-    WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
-        AND p.checkpoint_id = %(parent_id)s
-), taken AS (
-    DELETE FROM checkpoints AS c
-    USING parent AS p
-    WHERE"""
-    + _LEAF_AS_JUDGED
-    + """
-        AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
-        AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoint_writes AS w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-                AND w.checkpoint_id = %(leaf_id)s
-        )
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS k
-            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
-                AND k.parent_checkpoint_id = %(leaf_id)s
-        )
-        AND ARRAY(
-            SELECT n.checkpoint_id FROM checkpoints AS n
-            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
-            ORDER BY n.checkpoint_id DESC LIMIT 2
-        ) = ARRAY[%(leaf_id)s, %(parent_id)s]::text[]
-    RETURNING c.checkpoint_id, c.parent_checkpoint_id"""
-    + _RECORD_TAKEN
-    + _EXPIRE_RECORDS
-    + ")"
-)
-
-# The take, answering one row: whether it took the leaf; if not, whether the
-# leaf's row was still as judged; and the parent's row, all from the
-# statement's snapshot. `{parent}` is one of the two parent selects below.
-_RECLAIM_LEAF_SQL = (
-    _TAKE_LEAF_CTES
-    + """
-SELECT t.taken, t.taken OR EXISTS (SELECT 1 FROM checkpoints AS c WHERE"""
-    + _LEAF_AS_JUDGED
-    + """
-    ) AS leaf_as_judged,
-    t.commit_mode, p.*
-FROM (SELECT EXISTS (SELECT 1 FROM taken) AS taken, """
-    + _COMMIT_MODE
-    + """) AS t
-LEFT JOIN LATERAL ({parent}) AS p ON true
-"""
-)
-
-# The parent's row as the saver's own read selects it, blobs and writes
-# included: the run that reads after the take is answered from it, built as
-# the saver builds it, never from the leaf's already loaded values.
-RECLAIM_LEAF_READ_SQL = _RECLAIM_LEAF_SQL.format(
-    parent=BasePostgresSaver.SELECT_SQL
-    + """
-    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-        AND checkpoint_id = %(parent_id)s"""
-)
-
-# For an explicit admission, which reads no values: the parent's facts only,
-# so its cost does not grow with the thread's state.
-RECLAIM_LEAF_SQL = _RECLAIM_LEAF_SQL.format(
-    parent="""
-    SELECT parent.parent_checkpoint_id, parent.checkpoint, parent.metadata,
-        (
-            SELECT array_agg(w.idx) FROM checkpoint_writes AS w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-                AND w.checkpoint_id = %(parent_id)s
-        ) AS pending_writes
-    FROM parent"""
-)
-
-# The admission read in one round trip: take the namespace's newest
-# checkpoint if `leaf_verdict` would (under the marker `MarkerShape` binds:
-# `marker_source`, `marker_keys`), and answer what the saver's own unpinned
-# read answers right after, selected by its own `SELECT_SQL`. `leaf` is the
-# head if it has the marker and is not protected; `taken` deletes it only if
-# its row still has the marker, its parent `p` holds the same versions and is
-# the next newest, and it owns no writes and has no child. The conditions on
-# `c` are re-checked on the row as it is when the DELETE locks it. `leaf` is
-# a scalar subquery, so that every plan finds the head first and `c` by its
-# primary key: a head without the marker ends there, and that read costs one
-# index probe more than the saver's own.
-_ADMIT_AND_READ_SQL = (
-    """
-WITH leaf AS (
-    SELECT h.checkpoint_id
-    FROM (
-        SELECT checkpoint_id, metadata FROM checkpoints
-        WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-        ORDER BY checkpoint_id DESC LIMIT 1
-    ) AS h
-    WHERE h.metadata ->> 'source' = %(marker_source)s
-        AND h.metadata ?| %(marker_keys)s::text[]
-        AND h.checkpoint_id <> ALL(%(protected)s::text[])
-), taken AS (
-    DELETE FROM checkpoints AS c
-    USING checkpoints AS p
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf)
-        AND p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
-        AND p.checkpoint_id = c.parent_checkpoint_id
-        AND c.metadata ->> 'source' = %(marker_source)s
-        AND c.metadata ?| %(marker_keys)s::text[]
-        AND c.checkpoint -> 'channel_versions' = p.checkpoint -> 'channel_versions'
-        AND c.checkpoint -> 'versions_seen' = p.checkpoint -> 'versions_seen'
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoint_writes AS w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
-                AND w.checkpoint_id = c.checkpoint_id
-        )
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS k
-            WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
-                AND k.parent_checkpoint_id = c.checkpoint_id
-        )
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS n
-            WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
-                AND n.checkpoint_id > p.checkpoint_id AND n.checkpoint_id <> c.checkpoint_id
-        )
-    RETURNING c.checkpoint_id, c.parent_checkpoint_id"""
-    + _RECORD_TAKEN
-    + "{expire})"
-    + """
-SELECT head.*, t.taken_id, t.commit_mode
-FROM (SELECT (SELECT checkpoint_id FROM taken) AS taken_id, """
-    + _COMMIT_MODE
-    + """) AS t
-LEFT JOIN LATERAL ("""
-    + BasePostgresSaver.SELECT_SQL
-    + """
-    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-        AND checkpoint_id IS DISTINCT FROM t.taken_id
-    ORDER BY checkpoint_id DESC LIMIT 1
-) AS head ON true
-"""
-)
-
-ADMIT_AND_READ_SQL = _ADMIT_AND_READ_SQL.replace("{expire}", "")
-
-ADMIT_EXPIRE_AND_READ_SQL = _ADMIT_AND_READ_SQL.replace("{expire}", _EXPIRE_RECORDS)
-
-# After an admission read that raised: the leaf it took, if its statement
-# committed all the same (a lost reply).
-SELECT_TAKEN_BY_SQL = """
-SELECT checkpoint_id, clone_id FROM retaining_saver_reclaimed
-WHERE thread_id = %s AND checkpoint_ns = %s AND taken_by = %s
-"""
-
-# The saver's own unpinned read, to the letter, so that its prepared statement serves both.
-SELECT_HEAD_ROW_SQL = (
-    BasePostgresSaver.SELECT_SQL
-    + "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT 1"
-)
 
 # Each reclaimed duplicate's id and the clone it resolves to; written in the
 # deleting statement or transaction. Created before this backend's first
@@ -420,112 +191,6 @@ SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
 WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = ANY(%s::text[])
 """
 
-# For a thread with DeltaChannels (`channels`): which of them each checkpoint stores,
-# inline (a snapshot's marker) or as a blob at its version, as the saver's delta walk
-# probes it. Not run for other threads: it probes the blob table per channel.
-SELECT_STORED_SQL = """
-SELECT c.checkpoint_ns, c.checkpoint_id,
-    ARRAY(
-        SELECT v.key FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-        WHERE v.key = ANY(%s::text[])
-            AND (
-                c.checkpoint -> 'channel_values' ? v.key
-                OR EXISTS (
-                    SELECT 1 FROM checkpoint_blobs AS b
-                    WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-                        AND b.channel = v.key AND b.version = v.value AND b.type <> 'empty'
-                )
-            )
-    ) AS stored
-FROM checkpoints AS c
-WHERE c.thread_id = %s
-"""
-
-# A plan's re-parenting and deletions in one statement each, every row guarded by what
-# it proved (see `_apply`): the parent it has, the new parent still there; no child but
-# those deleted with it, no writes unless consumed. The caller compares the rows changed
-# with the rows proven. Every probe is by key: flat in the thread's length.
-# The rows come as one JSON array, which Python dumps in C and Postgres parses in one go.
-SET_PARENTS_SQL = """
-UPDATE checkpoints AS c SET parent_checkpoint_id = k.new_parent
-FROM jsonb_to_recordset(%s::jsonb) AS k(ns text, id text, old_parent text, new_parent text)
-WHERE c.thread_id = %s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-    AND c.parent_checkpoint_id = k.old_parent
-    AND (k.new_parent IS NULL OR EXISTS (
-        SELECT 1 FROM checkpoints AS p
-        WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = k.ns
-            AND p.checkpoint_id = k.new_parent
-    ))
-RETURNING c.checkpoint_id
-"""
-
-DELETE_ROWS_SQL = """
-WITH doomed AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-        AS k(ns text, id text, parent text, consumed boolean)
-), gone AS (
-    DELETE FROM checkpoints AS c
-    USING doomed AS k
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-        AND c.parent_checkpoint_id IS NOT DISTINCT FROM k.parent
-        AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS x
-            WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = k.ns
-                AND x.parent_checkpoint_id = k.id
-                AND NOT EXISTS (
-                    SELECT 1 FROM doomed AS d WHERE d.ns = k.ns AND d.id = x.checkpoint_id
-                )
-        )
-        AND (k.consumed OR NOT EXISTS (
-            SELECT 1 FROM checkpoint_writes AS w
-            WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns
-                AND w.checkpoint_id = k.id
-        ))
-    RETURNING c.checkpoint_ns, c.checkpoint_id
-), writes AS (
-    DELETE FROM checkpoint_writes AS w
-    USING gone AS g
-    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = g.checkpoint_ns
-        AND w.checkpoint_id = g.checkpoint_id
-)
-SELECT count(*) AS deleted FROM gone
-"""
-
-# A value stored whole at a checkpoint, as the saver stores a snapshot: the inline
-# marker (only while the checkpoint holds the version proven), then the blob.
-MARK_STORED_SQL = """
-UPDATE checkpoints
-SET checkpoint = jsonb_set(checkpoint, ARRAY['channel_values', %s], 'true'::jsonb, true)
-WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-    AND checkpoint -> 'channel_versions' ->> %s = %s
-RETURNING checkpoint_id
-"""
-
-UPSERT_BLOB_SQL = """
-INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (thread_id, checkpoint_ns, channel, version)
-    DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
-"""
-
-# Every (channel, version) the thread's checkpoints in these namespaces still name.
-# Each candidate blob, by primary key, that no checkpoint of its namespace still names
-# (in the deleting transaction, after the plan's deletions).
-DELETE_BLOBS_SQL = """
-DELETE FROM checkpoint_blobs AS b
-USING jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
-WHERE b.thread_id = %s
-    AND b.checkpoint_ns = k.checkpoint_ns
-    AND b.channel = k.channel
-    AND b.version = k.version
-    AND NOT EXISTS (
-        SELECT 1 FROM checkpoints AS c
-        WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-            AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
-    )
-RETURNING b.checkpoint_ns, b.channel, b.version
-"""
-
 # Bytes are as stored: `pg_column_size`, after any TOAST compression.
 _STATS_SQL = """
 SELECT 'checkpoints' AS table_name, count(*) AS row_count,
@@ -596,88 +261,7 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
-def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
-    """The parent's node from a `RECLAIM_LEAF_SQL` row read with `params`; None if missing."""
-    stored = row["checkpoint"]
-    if params["parent_id"] is None or stored is None:
-        return None
-    return CheckpointNode(
-        checkpoint_ns=params["checkpoint_ns"],
-        checkpoint_id=params["parent_id"],
-        parent_id=row["parent_checkpoint_id"],
-        channel_versions=stored.get("channel_versions") or {},
-        versions_seen=stored.get("versions_seen") or {},
-        write_count=len(row["pending_writes"] or ()),
-        metadata=row["metadata"] or {},
-        ts=stored.get("ts") or "",
-    )
-
-
-def _taken_facts(
-    row: Row, params: Mapping[str, Any], leaf: CheckpointNode, *, with_parent_row: bool
-) -> LeafFacts:
-    """What the take of `leaf` proved before it deleted it; with `with_parent_row`, the
-    parent's row as the saver's `SELECT_SQL` reads it.
-
-    The leaf's row was `leaf`, childless and the newest, its parent next.
-    """
-    return LeafFacts(
-        leaf=leaf,
-        parent=_parent_of(row, params),
-        has_children=False,
-        newest_id=leaf.checkpoint_id,
-        runner_up_id=leaf.parent_id,
-        parent_row=row if with_parent_row else None,
-    )
-
-
-def _take_params(thread_id: str, leaf: CheckpointNode, ttl: timedelta) -> dict[str, Any]:
-    """The parameters of the guarded take of `leaf`, with the parent it must clone."""
-    return {
-        "thread_id": str(thread_id),
-        "checkpoint_ns": leaf.checkpoint_ns,
-        "leaf_id": leaf.checkpoint_id,
-        "parent_id": leaf.parent_id,
-        "ts": leaf.ts,
-        "channel_versions": Jsonb(dict(leaf.channel_versions)),
-        "versions_seen": Jsonb(dict(leaf.versions_seen)),
-        "metadata": Jsonb(dict(leaf.metadata)),
-        "ttl_seconds": ttl.total_seconds(),
-        "taken_by": None,
-    }
-
-
-def _storable(text: str) -> bool:
-    """Whether Postgres text can hold `text`: no NUL, and valid Unicode. An id that is
-    not can name no stored checkpoint, so protecting it changes nothing."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=64)
-def _text_array(values: tuple[str, ...]) -> str:
-    """`values` as a Postgres `text[]` literal, to bind as text and cast in the statement."""
-    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
-    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
-
-
-_CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
-_ROW_COLUMNS = ("ns", "id", "parent", "consumed")
-_BLOB_COLUMNS = ("checkpoint_ns", "channel", "version")
-
-
-def _blob_key(key: BlobKey) -> BlobKey:
-    """`key` as the blob table spells it: versions are TEXT."""
-    ns, channel, version = key
-    return (ns, channel, str(version))
-
-
-class PostgresBackend(SqlBackend, OneRoundBackend):
+class PostgresBackend(PostgresAdmission, PostgresPlans):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
@@ -690,8 +274,6 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
     # Drivers
 
     reclaimed_table_ready = False
-    # Admission reads so far, to expire old reclaim records in one of `EXPIRE_EVERY`.
-    admissions = 0
 
     def permission_problem(self, error: BaseException) -> str | None:
         """SQLSTATE 42501 (insufficient_privilege): the driver's first line names it."""
@@ -796,43 +378,6 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
             ts=row["ts"] or "",
         )
 
-    def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
-        """For a thread with DeltaChannels, which of them each checkpoint stores."""
-        channels = sorted(_rules.delta_channels(lineage))
-        if not channels:
-            return lineage
-        rows = yield Statement(SELECT_STORED_SQL, (channels, lineage.thread_id), True)
-        stored = {(r["checkpoint_ns"], r["checkpoint_id"]): frozenset(r["stored"]) for r in rows}
-        return lineage.with_stored(stored)
-
-    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
-        found = json.dumps([dict(zip(_CHANGE_COLUMNS, c, strict=True)) for c in changes])
-        rows = yield Statement(SET_PARENTS_SQL, (found, str(thread_id)), True)
-        return len(rows)
-
-    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
-        doomed = json.dumps([dict(zip(_ROW_COLUMNS, row, strict=True)) for row in rows])
-        params = {"thread_id": str(thread_id), "rows": doomed}
-        found = yield Statement(DELETE_ROWS_SQL, params, True)
-        return int(found[0]["deleted"])
-
-    def store_values(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        values: Mapping[str, tuple[str, Any]],
-    ) -> Op[bool]:
-        """Each value as the saver stores a snapshot: an inline marker and a blob."""
-        for channel, (version, value) in values.items():
-            key = (str(thread_id), checkpoint_ns, checkpoint_id)
-            if not (yield Statement(MARK_STORED_SQL, (channel, *key, channel, version), True)):
-                return False
-            type_, blob = self.saver.serde.dumps_typed(delta_snapshot(value))
-            params = (str(thread_id), checkpoint_ns, channel, version, type_, blob)
-            yield Statement(UPSERT_BLOB_SQL, params)
-        return True
-
     def _ids_param(self, ids: Sequence[str]) -> list[str]:
         """`ids` as a list, which psycopg binds as an array."""
         return list(ids)
@@ -841,138 +386,6 @@ class PostgresBackend(SqlBackend, OneRoundBackend):
         """Ages by the server's clock: the TTL, for the statements to subtract from `now()`,
         which also stamps each record (the column's default)."""
         return self.reclaimed_ttl, ()
-
-    # Primitives
-
-    def reclaim_leaf(
-        self,
-        thread_id: str,
-        leaf: CheckpointNode,
-        policy: RetentionPolicy,
-        protected: frozenset[str],
-        *,
-        with_parent_row: bool = True,
-    ) -> Op[LeafFacts | Skip]:
-        """Carry out the rules' deletion of `leaf` in one guarded statement.
-
-        The statement re-checks every precondition of the `Deletion`; when it
-        took nothing, `untaken_skip` names the reason from what it read: the
-        parent's row, and whether the leaf's was still as judged. With
-        `with_parent_row` it reads the parent's row as the saver's own read does.
-        """
-        params = _take_params(thread_id, leaf, self.reclaimed_ttl)
-        with_parent_row = with_parent_row and self.fast  # else the saver reads the parent
-        sql = RECLAIM_LEAF_READ_SQL if with_parent_row else RECLAIM_LEAF_SQL
-        rows = yield Statement(sql, params, fetch=True)
-        if rows[0]["taken"]:
-            return _taken_facts(rows[0], params, leaf, with_parent_row=with_parent_row)
-        parent = _parent_of(rows[0], params)
-        return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
-
-    @property
-    def reads_head_itself(self) -> bool:
-        """True for `AsyncPostgresSaver`, whose read always deserializes pending writes in a
-        worker thread; `PostgresSaver` has no async read at all. Off on drift."""
-        return isinstance(self.saver, AsyncPostgresSaver) and self.fast
-
-    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
-        rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns), fetch=True)
-        return rows[0] if rows else None
-
-    def admit_and_read(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        marker: MarkerShape,
-        protected: frozenset[str],
-        token: str,
-    ) -> Op[tuple[str | None, Any]]:
-        """Take the namespace's trailing leaf if there is one, and read the head after it,
-        in one statement (`ADMIT_AND_READ_SQL`)."""
-        # Every value is bound as text or a number (arrays as their text form): psycopg
-        # dumps those for less than lists or intervals, and this runs on every admission.
-        params = {
-            "thread_id": str(thread_id),
-            "checkpoint_ns": checkpoint_ns,
-            "marker_source": marker.source,
-            "marker_keys": _text_array(marker.keys),
-            "protected": _text_array(tuple(sorted(filter(_storable, protected)))),
-            "ttl_seconds": self.reclaimed_ttl.total_seconds(),
-            "taken_by": token,
-        }
-        self.admissions += 1
-        expiring = self.admissions % EXPIRE_EVERY == 0
-        sql = ADMIT_EXPIRE_AND_READ_SQL if expiring else ADMIT_AND_READ_SQL
-        rows = yield Statement(sql, params, fetch=True)
-        row = rows[0]
-        taken: str | None = row["taken_id"]
-        return taken, None if row["checkpoint_id"] is None else row
-
-    def taken_by(self, thread_id: str, checkpoint_ns: str, token: str) -> Op[str | None]:
-        rows = yield Statement(SELECT_TAKEN_BY_SQL, (str(thread_id), checkpoint_ns, token), True)
-        return str(rows[0]["checkpoint_id"]) if rows else None
-
-    def row_writes(self, row: Any) -> Callable[[], list[PendingWrite]] | None:
-        """`_load_writes` of the row's writes, if any: the async saver runs it in a worker
-        thread."""
-        if not row["pending_writes"]:
-            return None
-        return partial(self.saver._load_writes, row["pending_writes"])
-
-    def read_tuple(
-        self, row: Any, writes: list[PendingWrite] | None = None
-    ) -> CheckpointTuple | None:
-        """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
-
-        A row in the pre-v4 format needs the saver's pending-sends migration:
-        None, so that the caller reads it through the saver.
-        """
-        if row["checkpoint"].get("v", 0) < 4:
-            return None
-        return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]), writes)
-
-    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
-        """The tuple the saver's read builds for the parent, from the parent's own row.
-
-        Never from the leaf's loaded values: a value the serializer reads back
-        in another type than it was written cannot tell how it was stored.
-        """
-        row = facts.parent_row
-        return None if row is None or row["checkpoint"] is None else self.read_tuple(row)
-
-    def _tuple_of(
-        self, row: Row, blob_values: dict[str, Any], writes: list[PendingWrite] | None = None
-    ) -> CheckpointTuple:
-        """A checkpoint row with its blob-backed values, as `_load_checkpoint_tuple` builds it."""
-        stored: dict[str, Any] = row["checkpoint"]
-        ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        values = {**(stored.get("channel_values") or {}), **blob_values}
-        if writes is None:
-            pending = row["pending_writes"]
-            writes = self.saver._load_writes(pending) if pending else []
-        return CheckpointTuple(
-            config,
-            cast(Checkpoint, {**stored, "channel_values": values}),
-            row["metadata"],
-            parent_config,
-            writes,
-        )
-
-    def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
-    ) -> Op[list[BlobKey]]:
-        """Delete the candidates no surviving checkpoint names; return the rows deleted.
-
-        A candidate with no blob row (its value was inlined in the checkpoint
-        JSONB) is not returned.
-        """
-        if not candidates:
-            return []
-        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-        rows = yield Statement(DELETE_BLOBS_SQL, (keys, str(thread_id)), True)
-        gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        return [key for key in candidates if _blob_key(key) in gone]
 
 
 def make_backend(saver: PostgresSaver | AsyncPostgresSaver) -> PostgresBackend:

@@ -19,12 +19,14 @@ connection thread: a hop to that thread costs more than the statements do.
 In WAL mode it commits without an fsync (see `_commit_without_fsync`).
 
 Over `AsyncSqliteSaver` the async admission read runs the saver's own read
-statements here (`head_row`): both in one hop, under the saver's lock and
-outside any transaction, as the saver runs them in six.
+statements (`_sqlite_admission.head_row`): both in one hop, under the saver's
+lock and outside any transaction, as the saver runs them in six.
 
 The primitives are `SqlBackend`'s (`_sql`), run on the statements below (`SQL`);
-this module adds its drivers, the decoding of a checkpoint blob into a node,
-and the saver's own reads.
+this module adds the drivers. Three modules beside it hold the rest, each with
+its own statements: `_sqlite_plan` decodes rows into nodes and carries out a
+plan's changes, `_sqlite_admission` runs the saver's own reads for admission,
+and `_sqlite_compaction` gives free pages back.
 
 `SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
 space deleted rows leave on SQLite's freelist; see `Compaction`.
@@ -35,31 +37,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import aiosqlite
-from langgraph.checkpoint.base import (
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    PendingWrite,
-)
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
-from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts
-from retaining_saver.backends._apply import ParentChange, RowKey
-from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop, tuple_configs
-from retaining_saver.backends._sql import Row, SqlBackend, SqlTexts, Statement
-from retaining_saver.backends._upstream import delta_snapshot
+from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop
+from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sqlite_admission import SqliteAdmission
+from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
 
 logger = logging.getLogger("retaining_saver")
 
@@ -117,13 +109,6 @@ SELECT_RECLAIMED_CLONE_SQL = """
 SELECT clone_id FROM retaining_saver_reclaimed
 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND reclaimed_at >= ?
 """
-
-# The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
-SELECT_HEAD_ROW_SQL = (
-    "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
-    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-    "ORDER BY checkpoint_id DESC LIMIT 1"
-)
 
 # A node's columns and its write count, read from `checkpoints AS c`.
 _NODE_COLUMNS = """
@@ -196,42 +181,6 @@ WHERE thread_id = ? AND checkpoint_ns = ?
     AND parent_checkpoint_id IN (SELECT value FROM json_each(?))
 """
 
-# A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
-# the parent it has, the new parent still there; no child left, no writes unless consumed.
-SET_PARENT_GUARDED_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = ?1
-WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
-    AND (?1 IS NULL OR EXISTS (
-        SELECT 1 FROM checkpoints AS p
-        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
-    ))
-RETURNING checkpoint_id
-"""
-
-DELETE_CHECKPOINT_GUARDED_SQL = """
-DELETE FROM checkpoints
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND parent_checkpoint_id IS ?4
-    AND NOT EXISTS (
-        SELECT 1 FROM checkpoints AS k
-        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
-    )
-    AND (?5 OR NOT EXISTS (
-        SELECT 1 FROM writes AS w
-        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
-    ))
-RETURNING checkpoint_id
-"""
-
-SELECT_PAYLOAD_SQL = """
-SELECT type, checkpoint FROM checkpoints
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-UPDATE_PAYLOAD_SQL = """
-UPDATE checkpoints SET type = ?, checkpoint = ?
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
 _STATS_SQL = """
 SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
     COALESCE(SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)), 0)
@@ -273,38 +222,10 @@ SELECT_THREAD_IDS_AFTER_SQL = """
 SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > ? ORDER BY thread_id LIMIT ?
 """
 
-SELECT_PAGES_SQL = """
-SELECT p.page_count, f.freelist_count, s.page_size, d.file
-FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s,
-    pragma_database_list() AS d
-WHERE d.name = 'main'
-"""
-
-WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
-
-VACUUM_SQL = "VACUUM"
-
 SQL = SqlTexts.named(globals())
 """The constants above that `SqlBackend`'s primitives run, found by their names."""
 
 READONLY = sqlite3.SQLITE_READONLY
-
-
-@dataclass(frozen=True, slots=True)
-class Compaction:
-    """What one `compact` call found and did.
-
-    `file_bytes_*` is the main database file plus its `-wal` file, or
-    `page_count * page_size` for a database with no file.
-    """
-
-    ran: bool
-    pages_before: int
-    pages_after: int
-    free_pages_before: int
-    free_pages_after: int
-    file_bytes_before: int
-    file_bytes_after: int
 
 
 def _rows(description: Any, fetched: Iterable[Any]) -> list[Row]:
@@ -382,35 +303,7 @@ async def _on_connection_thread(
     return result
 
 
-def _metadata(row: Row) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
-    return loaded
-
-
-def _node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNode:
-    return CheckpointNode(
-        checkpoint_ns=row["checkpoint_ns"],
-        checkpoint_id=row["checkpoint_id"],
-        parent_id=row["parent_checkpoint_id"],
-        channel_versions=checkpoint.get("channel_versions", {}),
-        versions_seen=checkpoint.get("versions_seen", {}),
-        write_count=write_count,
-        metadata=_metadata(row),
-        ts=checkpoint.get("ts", ""),
-        # The values inside the payload are the ones stored; the others are rebuilt.
-        stored=frozenset(checkpoint.get("channel_values", {})),
-    )
-
-
-def _file_bytes(page_row: Row) -> int:
-    path = page_row["file"]
-    if not path:
-        return int(page_row["page_count"]) * int(page_row["page_size"])
-    wal = f"{path}-wal"
-    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
-
-
-class SqliteBackend(SqlBackend):
+class SqliteBackend(SqliteAdmission):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -479,14 +372,6 @@ class SqliteBackend(SqlBackend):
 
     # Dialect hooks
 
-    def _node(self, row: Row, write_count: int) -> CheckpointNode:
-        """The node, its versions and ts decoded from the checkpoint blob."""
-        return _node_of(row, self._checkpoint(row), write_count)
-
-    def _checkpoint(self, row: Row) -> Checkpoint:
-        checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
-        return checkpoint
-
     def _ids_param(self, ids: Sequence[str]) -> str:
         """`ids` as one JSON array text, which `SELECT_NODES_SQL` reads with `json_each`."""
         return json.dumps(list(ids))
@@ -496,123 +381,6 @@ class SqliteBackend(SqlBackend):
         delete, and a record older than the TTL is one stamped before now minus it."""
         now = time.time()
         return now - self.reclaimed_ttl.total_seconds(), (now,)
-
-    # Primitives
-
-    def leaf_rows(
-        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
-    ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
-        """Each row decoded once: the parent's, with its writes, is `parent_tuple`'s."""
-        ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
-        params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
-        rows = yield Statement(SELECT_NODES_SQL, params)
-        decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
-        nodes = {i: _node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
-        if parent_id is None or parent_id not in decoded or not self.fast:
-            return nodes, None
-        writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
-        return nodes, (*decoded[parent_id], writes)
-
-    def _pending_writes(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> Op[list[tuple[Any, ...]]]:
-        """A checkpoint's writes as the saver selects them, for `load_pending_writes`."""
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
-        return [tuple(r.values()) for r in rows]
-
-    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
-        """The tuple the saver's unpinned get_tuple builds from the parent's row; None on
-        drift, so that the saver reads it."""
-        if facts.parent_row is None or not self.fast:
-            return None
-        row, checkpoint, writes = facts.parent_row
-        thread_id = str(leaf.config["configurable"]["thread_id"])
-        loaded = load_pending_writes(writes, self.saver.serde)
-        return self._tuple_of(thread_id, row, checkpoint, loaded)
-
-    def _tuple_of(
-        self, thread_id: str, row: Row, checkpoint: Checkpoint, writes: list[PendingWrite]
-    ) -> CheckpointTuple:
-        """A checkpoint row, decoded, with its writes, as the saver's `get_tuple` builds it."""
-        ids = (thread_id, row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        metadata = cast(CheckpointMetadata, _metadata(row))
-        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
-
-    @property
-    def reads_head_itself(self) -> bool:
-        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save. Off on
-        drift."""
-        return isinstance(self.saver, AsyncSqliteSaver) and self.fast
-
-    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
-        """The saver's own statements: the newest row, then its pending writes."""
-        rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns))
-        if not rows:
-            return None
-        row = {**rows[0], "checkpoint_ns": checkpoint_ns}
-        found = self._pending_writes(thread_id, checkpoint_ns, row["checkpoint_id"])
-        row["writes"] = yield from found
-        return row
-
-    def row_writes(self, row: Any) -> None:
-        """None: the saver deserializes pending writes in place, as `read_tuple` does."""
-        return None
-
-    def read_tuple(
-        self, row: Any, writes: list[PendingWrite] | None = None
-    ) -> CheckpointTuple | None:
-        """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
-        if writes is None:
-            writes = load_pending_writes(row["writes"], self.saver.serde)
-        return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)
-
-    def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
-    ) -> Op[list[BlobKey]]:
-        """Nothing to do: channel values live inside the checkpoint rows."""
-        yield from ()
-        return []
-
-    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
-        """One guarded statement each: in process, there is no round trip to save."""
-        changed = 0
-        for ns, child_id, old, new in changes:
-            params = (new, str(thread_id), ns, child_id, old)
-            changed += len((yield Statement(SET_PARENT_GUARDED_SQL, params)))
-        return changed
-
-    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
-        deleted = 0
-        for ns, checkpoint_id, parent, consumed in rows:
-            key = (str(thread_id), ns, checkpoint_id)
-            if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
-                yield Statement(DELETE_WRITES_SQL, key)
-                deleted += 1
-        return deleted
-
-    def store_values(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        values: Mapping[str, tuple[str, Any]],
-    ) -> Op[bool]:
-        """Each value as the saver stores a snapshot: inside the checkpoint's payload."""
-        key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(SELECT_PAYLOAD_SQL, key)
-        if not rows:
-            return False
-        checkpoint = self._checkpoint(rows[0])
-        versions = checkpoint.get("channel_versions", {})
-        if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
-            return False
-        stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
-        checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}
-        type_, payload = self.saver.serde.dumps_typed(checkpoint)
-        yield Statement(UPDATE_PAYLOAD_SQL, (type_, payload, *key))
-        return True
 
     # Compaction (SQLite only)
 
@@ -629,17 +397,17 @@ class SqliteBackend(SqlBackend):
         Raises:
             ValueError: If `min_free_ratio` is not within [0, 1].
         """
-        _check_ratio(min_free_ratio)
+        check_ratio(min_free_ratio)
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
             return on_saver_loop(saver.loop, "compact", lambda: self.acompact(min_free_ratio))
         with saver.lock:
             saver.setup()
-            return drive_statements(_compaction(min_free_ratio), partial(_execute, saver.conn))
+            return drive_statements(compaction(min_free_ratio), partial(_execute, saver.conn))
 
     async def acompact(self, min_free_ratio: float = 0.25) -> Compaction:
         """`compact`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
-        _check_ratio(min_free_ratio)
+        check_ratio(min_free_ratio)
         saver = self.saver
         if isinstance(saver, SqliteSaver):
             return await asyncio.to_thread(self.compact, min_free_ratio)
@@ -647,39 +415,8 @@ class SqliteBackend(SqlBackend):
         async with saver.lock:
             conn = saver.conn
             return await _on_connection_thread(
-                conn, drive_statements, _compaction(min_free_ratio), partial(_execute, conn._conn)
+                conn, drive_statements, compaction(min_free_ratio), partial(_execute, conn._conn)
             )
-
-
-def _check_ratio(min_free_ratio: float) -> None:
-    if isinstance(min_free_ratio, bool) or not isinstance(min_free_ratio, int | float):
-        raise TypeError("min_free_ratio must be a number")
-    if not 0 <= min_free_ratio <= 1:
-        raise ValueError(f"min_free_ratio must be within [0, 1], got {min_free_ratio}")
-
-
-def _compaction(min_free_ratio: float) -> Op[Compaction]:
-    """Measure the freelist; when it is large enough, vacuum and measure again."""
-    before = (yield Statement(SELECT_PAGES_SQL))[0]
-    bytes_before = _file_bytes(before)
-    pages, free = int(before["page_count"]), int(before["freelist_count"])
-    after, bytes_after = before, bytes_before
-    ran = free > 0 and free / pages >= min_free_ratio
-    if ran:
-        yield Statement(WAL_CHECKPOINT_SQL)
-        yield Statement(VACUUM_SQL)
-        yield Statement(WAL_CHECKPOINT_SQL)
-        after = (yield Statement(SELECT_PAGES_SQL))[0]
-        bytes_after = _file_bytes(after)
-    return Compaction(
-        ran=ran,
-        pages_before=pages,
-        pages_after=int(after["page_count"]),
-        free_pages_before=free,
-        free_pages_after=int(after["freelist_count"]),
-        file_bytes_before=bytes_before,
-        file_bytes_after=bytes_after,
-    )
 
 
 def make_backend(saver: SqliteSaver | AsyncSqliteSaver) -> SqliteBackend:

@@ -195,7 +195,7 @@ def superseded_subtree_opt_in_with_ttl(factory: SaverFactory, flavor: Flavor) ->
         chat.turns(1, 3)
         old_line = {cid for cid in _ids(inner)} - set(_chain_ids(inner, fork_point))
         chat.graph.invoke(turn(77), thread(T, fork_point))  # regenerate
-        assert not chat.enforce().deleted, "E2 must be opt-in"
+        assert not chat.enforce().deleted, "pruning superseded branches must be opt-in"
         young = chat.enforce(
             prune_leaf_sibling_branches=True, sibling_branch_min_age=timedelta(hours=1)
         )

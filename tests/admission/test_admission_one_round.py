@@ -30,7 +30,7 @@ from spies import Recorder
 from retaining_saver import RetainingSaver, Skip
 from retaining_saver._rules import DURATION_MARKER, RetentionPolicy
 from retaining_saver._stamps import OwnStamps
-from retaining_saver.backends import postgres as postgres_backend
+from retaining_saver.backends import _postgres_admission as postgres_admission
 from retaining_saver.testing import RUNTIME_KEY, awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, run_read, thread_config
@@ -262,7 +262,7 @@ TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_ch
 def test_ids_and_marker_keys_bind_exactly(values: list[str]) -> None:
     """Ids (and marker keys) are bound as a text-array literal: any text Postgres can
     hold comes back."""
-    literal = postgres_backend._text_array(tuple(values))
+    literal = postgres_admission.text_array(tuple(values))
     with psycopg.connect(_server(), autocommit=True) as conn:
         row = conn.execute("SELECT %s::text[] AS parsed", (literal,)).fetchone()
     assert row is not None and row[0] == values
@@ -306,14 +306,14 @@ def test_reclaim_records_expire_as_admissions_go(request: pytest.FixtureRequest)
             )
         fresh = RetainingSaver(inner, reclaimed_id_ttl=timedelta(hours=1))
         assert fresh.get_tuple(_at("x", old)) is None, "an expired record resolves nothing"
-        for turn in range(2, 2 + postgres_backend.EXPIRE_EVERY):
+        for turn in range(2, 2 + postgres_admission.EXPIRE_EVERY):
             write_duration_leaf(inner, "x")
             graph.invoke(chat_turn(turn), thread_config("x"))
         with inner._cursor() as cur:
             cur.execute("SELECT checkpoint_id FROM retaining_saver_reclaimed")
             kept = {row["checkpoint_id"] for row in cur.fetchall()}
         assert old not in kept
-        assert len(kept) == postgres_backend.EXPIRE_EVERY
+        assert len(kept) == postgres_admission.EXPIRE_EVERY
         assert integrity(inner, "x").clean
 
 

@@ -31,7 +31,8 @@ from savers import KINDS, open_sync
 import retaining_saver._rules as rules
 from retaining_saver import RetainingSaver
 from retaining_saver._admission import node_of
-from retaining_saver.backends._base import Backend, OneRoundBackend
+from retaining_saver.backends._base import Backend
+from retaining_saver.backends._head_reader import OneRoundBackend
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, thread_config
 

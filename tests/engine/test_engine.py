@@ -67,7 +67,7 @@ def test_engine_refuses_unsupported_saver_and_bad_arguments() -> None:
     with pytest.raises(ValueError, match="page_size"):
         list(supported.enforce_retention(page_size=0))
     with pytest.raises(TypeError, match="policy"):
-        supported.enforce_thread_retention("t", policy="E1")  # type: ignore[arg-type]
+        supported.enforce_thread_retention("t", policy="leaf")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="SQLite"):
         supported.compact_storage()
 

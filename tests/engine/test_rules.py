@@ -184,7 +184,7 @@ def latest(nodes: Mapping[NodeKey, CheckpointNode], ns: str = "") -> CheckpointN
     return nodes[(ns, max(i for n, i in nodes if n == ns))]
 
 
-# E1 and duration links
+# Trailing leaves and duration links
 
 
 def test_default_deletes_only_the_trailing_leaf_and_protects_links() -> None:
@@ -468,7 +468,7 @@ def test_duration_leaf_named_by_a_subgraph_is_kept() -> None:
     assert plan.kept[("", head)] == Protection.SUBGRAPH_PARENT
 
 
-# E2: superseded subtrees
+# Superseded subtrees
 
 
 def superseded() -> tuple[Thread, list[str], dict[str, str]]:
@@ -500,14 +500,14 @@ def assert_children_first(nodes: Mapping[NodeKey, CheckpointNode], plan: Plan) -
             assert position[key] < position[parent], f"{parent} deleted before its child {key}"
 
 
-def test_superseded_subtree_is_kept_when_e2_is_off() -> None:
+def test_superseded_subtree_is_kept_when_branch_pruning_is_off() -> None:
     thread, _, subtree = superseded()
     plan = thread.plan()
     assert plan.deletions == ()
     assert all(plan.kept[("", i)] == Protection.NOT_ENABLED for i in subtree.values())
 
 
-def test_e2_deletes_the_whole_subtree_children_first() -> None:
+def test_branch_pruning_deletes_the_whole_subtree_children_first() -> None:
     thread, current, subtree = superseded()
     plan = thread.plan(prune_leaf_sibling_branches=True)
 
@@ -524,7 +524,7 @@ def test_e2_deletes_the_whole_subtree_children_first() -> None:
     assert chain(after, current[-1]) == current[::-1]
 
 
-def test_e2_keeps_the_path_to_pending_writes() -> None:
+def test_branch_pruning_keeps_the_path_to_pending_writes() -> None:
     thread, _, subtree = superseded()
     thread.change(subtree["y2"], write_count=1)
     plan = thread.plan(prune_leaf_sibling_branches=True)

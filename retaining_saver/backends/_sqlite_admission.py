@@ -1,0 +1,108 @@
+"""Admission on SQLite: the saver's own reads, run in one hop, and the leaf's rows.
+
+Over `AsyncSqliteSaver` the async admission read runs the saver's own read
+statements here (`head_row`): both in one hop to aiosqlite's thread, under
+the saver's lock and outside any transaction, where the saver takes six. The
+tuples are built as the saver builds them (`_tuple_of`), from the same
+statements and the same upstream helpers, so that a wrapped read answers what
+a bare one would; on drift (`fast` off) the saver reads for itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+)
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
+
+from retaining_saver._rules import CheckpointNode, LeafFacts
+from retaining_saver.backends._base import Op
+from retaining_saver.backends._head_reader import tuple_configs
+from retaining_saver.backends._sql import Row, Statement
+from retaining_saver.backends._sqlite_plan import SqlitePlans, metadata_of, node_of
+
+# The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
+SELECT_HEAD_ROW_SQL = (
+    "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
+    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "ORDER BY checkpoint_id DESC LIMIT 1"
+)
+
+
+class SqliteAdmission(SqlitePlans):
+    """`SqliteBackend`'s admission primitives."""
+
+    def leaf_rows(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
+        """Each row decoded once: the parent's, with its writes, is `parent_tuple`'s."""
+        ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
+        params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
+        rows = yield Statement(self.sql.select_nodes, params)
+        decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
+        nodes = {i: node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
+        if parent_id is None or parent_id not in decoded or not self.fast:
+            return nodes, None
+        writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
+        return nodes, (*decoded[parent_id], writes)
+
+    def _pending_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[list[tuple[Any, ...]]]:
+        """A checkpoint's writes as the saver selects them, for `load_pending_writes`."""
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        return [tuple(r.values()) for r in rows]
+
+    def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
+        """The tuple the saver's unpinned get_tuple builds from the parent's row; None on
+        drift, so that the saver reads it."""
+        if facts.parent_row is None or not self.fast:
+            return None
+        row, checkpoint, writes = facts.parent_row
+        thread_id = str(leaf.config["configurable"]["thread_id"])
+        loaded = load_pending_writes(writes, self.saver.serde)
+        return self._tuple_of(thread_id, row, checkpoint, loaded)
+
+    def _tuple_of(
+        self, thread_id: str, row: Row, checkpoint: Checkpoint, writes: list[PendingWrite]
+    ) -> CheckpointTuple:
+        """A checkpoint row, decoded, with its writes, as the saver's `get_tuple` builds it."""
+        ids = (thread_id, row["checkpoint_ns"], row["checkpoint_id"])
+        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
+        metadata = cast(CheckpointMetadata, metadata_of(row))
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
+
+    @property
+    def reads_head_itself(self) -> bool:
+        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save. Off on
+        drift."""
+        return isinstance(self.saver, AsyncSqliteSaver) and self.fast
+
+    def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
+        """The saver's own statements: the newest row, then its pending writes."""
+        rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns))
+        if not rows:
+            return None
+        row = {**rows[0], "checkpoint_ns": checkpoint_ns}
+        found = self._pending_writes(thread_id, checkpoint_ns, row["checkpoint_id"])
+        row["writes"] = yield from found
+        return row
+
+    def row_writes(self, row: Any) -> None:
+        """None: the saver deserializes pending writes in place, as `read_tuple` does."""
+        return None
+
+    def read_tuple(
+        self, row: Any, writes: list[PendingWrite] | None = None
+    ) -> CheckpointTuple | None:
+        """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
+        if writes is None:
+            writes = load_pending_writes(row["writes"], self.saver.serde)
+        return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)

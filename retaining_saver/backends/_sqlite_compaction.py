@@ -1,0 +1,83 @@
+"""Giving a SQLite file's free pages back: what `SqliteBackend.compact` runs.
+
+Deleting rows never shrinks a SQLite file: the pages go to its freelist. This
+module measures the freelist and, past a ratio, checkpoints the WAL and runs
+`VACUUM`. It holds the statements and the operation; `SqliteBackend` runs
+them on the saver's connection, under its lock.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from retaining_saver.backends._base import Op
+from retaining_saver.backends._sql import Row, Statement
+
+SELECT_PAGES_SQL = """
+SELECT p.page_count, f.freelist_count, s.page_size, d.file
+FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s,
+    pragma_database_list() AS d
+WHERE d.name = 'main'
+"""
+
+WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+VACUUM_SQL = "VACUUM"
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one `compact` call found and did.
+
+    `file_bytes_*` is the main database file plus its `-wal` file, or
+    `page_count * page_size` for a database with no file.
+    """
+
+    ran: bool
+    pages_before: int
+    pages_after: int
+    free_pages_before: int
+    free_pages_after: int
+    file_bytes_before: int
+    file_bytes_after: int
+
+
+def check_ratio(min_free_ratio: float) -> None:
+    """Raise unless `min_free_ratio` is a number within [0, 1]."""
+    if isinstance(min_free_ratio, bool) or not isinstance(min_free_ratio, int | float):
+        raise TypeError("min_free_ratio must be a number")
+    if not 0 <= min_free_ratio <= 1:
+        raise ValueError(f"min_free_ratio must be within [0, 1], got {min_free_ratio}")
+
+
+def compaction(min_free_ratio: float) -> Op[Compaction]:
+    """Measure the freelist; when it is large enough, vacuum and measure again."""
+    before = (yield Statement(SELECT_PAGES_SQL))[0]
+    bytes_before = _file_bytes(before)
+    pages, free = int(before["page_count"]), int(before["freelist_count"])
+    after, bytes_after = before, bytes_before
+    ran = free > 0 and free / pages >= min_free_ratio
+    if ran:
+        yield Statement(WAL_CHECKPOINT_SQL)
+        yield Statement(VACUUM_SQL)
+        yield Statement(WAL_CHECKPOINT_SQL)
+        after = (yield Statement(SELECT_PAGES_SQL))[0]
+        bytes_after = _file_bytes(after)
+    return Compaction(
+        ran=ran,
+        pages_before=pages,
+        pages_after=int(after["page_count"]),
+        free_pages_before=free,
+        free_pages_after=int(after["freelist_count"]),
+        file_bytes_before=bytes_before,
+        file_bytes_after=bytes_after,
+    )
+
+
+def _file_bytes(page_row: Row) -> int:
+    path = page_row["file"]
+    if not path:
+        return int(page_row["page_count"]) * int(page_row["page_size"])
+    wal = f"{path}-wal"
+    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)

@@ -1,0 +1,148 @@
+"""Carrying out a plan on SQLite: the statements `_apply` drives for a `SqliteBackend`.
+
+Each change is one guarded statement (in process, there is no round trip to
+save by batching them): a re-parenting only moves a checkpoint that still has
+the parent the plan proved, onto a parent that still exists; a deletion only
+removes a checkpoint that still has its parent, no child, and no writes unless
+the plan counts them consumed. A DeltaChannel value is stored as the saver
+stores a snapshot: inside the checkpoint's serialized payload.
+
+`SqlitePlans` also decodes rows into nodes (SQLite keeps versions inside the
+serialized payload), which lineage loads and admission share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from retaining_saver._rules import BlobKey, CheckpointNode
+from retaining_saver.backends._apply import ParentChange, RowKey
+from retaining_saver.backends._base import Op
+from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._upstream import delta_snapshot
+
+# A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
+# the parent it has, the new parent still there; no child left, no writes unless consumed.
+SET_PARENT_GUARDED_SQL = """
+UPDATE checkpoints SET parent_checkpoint_id = ?1
+WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
+    AND (?1 IS NULL OR EXISTS (
+        SELECT 1 FROM checkpoints AS p
+        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
+    ))
+RETURNING checkpoint_id
+"""
+
+DELETE_CHECKPOINT_GUARDED_SQL = """
+DELETE FROM checkpoints
+WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND parent_checkpoint_id IS ?4
+    AND NOT EXISTS (
+        SELECT 1 FROM checkpoints AS k
+        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
+    )
+    AND (?5 OR NOT EXISTS (
+        SELECT 1 FROM writes AS w
+        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
+    ))
+RETURNING checkpoint_id
+"""
+
+SELECT_PAYLOAD_SQL = """
+SELECT type, checkpoint FROM checkpoints
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+UPDATE_PAYLOAD_SQL = """
+UPDATE checkpoints SET type = ?, checkpoint = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+"""
+
+
+def metadata_of(row: Row) -> dict[str, Any]:
+    """A row's metadata, stored as UTF-8 JSON."""
+    loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
+    return loaded
+
+
+def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNode:
+    """The node of a row whose payload decoded to `checkpoint`."""
+    return CheckpointNode(
+        checkpoint_ns=row["checkpoint_ns"],
+        checkpoint_id=row["checkpoint_id"],
+        parent_id=row["parent_checkpoint_id"],
+        channel_versions=checkpoint.get("channel_versions", {}),
+        versions_seen=checkpoint.get("versions_seen", {}),
+        write_count=write_count,
+        metadata=metadata_of(row),
+        ts=checkpoint.get("ts", ""),
+        # The values inside the payload are the ones stored; the others are rebuilt.
+        stored=frozenset(checkpoint.get("channel_values", {})),
+    )
+
+
+class SqlitePlans(SqlBackend):
+    """`SqliteBackend`'s row decoding and plan primitives."""
+
+    saver: SqliteSaver | AsyncSqliteSaver
+
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node, its versions and ts decoded from the checkpoint blob."""
+        return node_of(row, self._checkpoint(row), write_count)
+
+    def _checkpoint(self, row: Row) -> Checkpoint:
+        """A row's checkpoint payload, decoded with the saver's serde."""
+        checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
+        return checkpoint
+
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
+        """One guarded statement each: in process, there is no round trip to save."""
+        changed = 0
+        for ns, child_id, old, new in changes:
+            params = (new, str(thread_id), ns, child_id, old)
+            changed += len((yield Statement(SET_PARENT_GUARDED_SQL, params)))
+        return changed
+
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]:
+        """One guarded statement each; a checkpoint's writes go with it."""
+        deleted = 0
+        for ns, checkpoint_id, parent, consumed in rows:
+            key = (str(thread_id), ns, checkpoint_id)
+            if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
+                yield Statement(self.sql.delete_writes, key)
+                deleted += 1
+        return deleted
+
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]:
+        """Each value as the saver stores a snapshot: inside the checkpoint's payload."""
+        key = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(SELECT_PAYLOAD_SQL, key)
+        if not rows:
+            return False
+        checkpoint = self._checkpoint(rows[0])
+        versions = checkpoint.get("channel_versions", {})
+        if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
+            return False
+        stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
+        checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}
+        type_, payload = self.saver.serde.dumps_typed(checkpoint)
+        yield Statement(UPDATE_PAYLOAD_SQL, (type_, payload, *key))
+        return True
+
+    def delete_unreferenced_blobs(
+        self, thread_id: str, candidates: Sequence[BlobKey]
+    ) -> Op[list[BlobKey]]:
+        """Nothing to do: channel values live inside the checkpoint rows."""
+        yield from ()
+        return []
