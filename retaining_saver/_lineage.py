@@ -41,6 +41,7 @@ class Protection(StrEnum):
     FORK_POINT = "fork-point"
     KEEP_STEP = "keep-step"
     LIVE_RUN = "live-run"
+    PRE_V4_SENDS = "pre-v4-sends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,9 @@ class CheckpointNode:
         ts: Its ISO-8601 timestamp.
         stored: The channels whose value is stored at it (not rebuilt from
             ancestors' writes); None where not loaded, taken as none.
+        format_version: Its checkpoint format (`v`); None where not loaded,
+            taken as current. Below 4, the saver's read migrates the pending
+            sends of a checkpoint from its parent's writes (Postgres).
     """
 
     checkpoint_ns: str
@@ -69,6 +73,12 @@ class CheckpointNode:
     metadata: Mapping[str, Any]
     ts: str
     stored: frozenset[str] | None = None
+    format_version: int | None = None
+
+
+def format_version_of(value: Any) -> int | None:
+    """A stored checkpoint's `v` as `CheckpointNode.format_version`: None unless an int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 NodeKey = tuple[str, str]

@@ -82,12 +82,21 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | fork-point             | super-step with several children: branches keep their base     |
 | keep-step              | super-step the policy's `keep_step` keeps                      |
 | live-run               | super-step of the head's run while the head owns writes        |
+| pre-v4-sends           | parent of a kept checkpoint older than format 4, which reads   |
+|                        | its pending sends from this one's writes (history rules)       |
 
 Under the history rules, too-young also names a checkpoint younger than
 `history_min_age`, explicit keeps its whole ancestor chain, and any kept
 checkpoint off the head line keeps its chain down to the line (a branch stays
 a branch). Pending-writes and subgraph-parent keep the checkpoint itself,
 which a graft or root may then re-parent.
+
+A checkpoint written before format 4 (`v` < 4) keeps its parent under the
+history rules (`pre-v4-sends`), unless neither that parent nor the one the
+checkpoint would get (none, for a root) owns writes: the Postgres saver reads
+such a checkpoint's pending sends from its parent's `__pregel_tasks` writes.
+Duration-link grafts need nothing more (a new parent owns no writes, as a link
+owns none).
 
 A missing ancestor row ends a walk: it never raises, and whatever it cannot
 prove unreachable stays.

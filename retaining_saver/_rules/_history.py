@@ -197,11 +197,13 @@ class _History:
         if self.unnamed_delta:
             rescued.update(dict.fromkeys(removal, Protection.DELTA_HISTORY))
         removed = {k: r for k, r in removal.items() if k not in rescued}
-        if self.delta:
-            walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
-            rescued.update(walked)
-            removed = {k: r for k, r in removed.items() if k not in walked}
-            self.materialise.update(materialise)
+        removed, materialise = self._keep_walks(line, removed, rescued)
+        # A parent kept for its sends is kept whole, with what it reads from above it.
+        while needed := self._sends_parents(removed):
+            rescued.update(needed)
+            removed = {k: r for k, r in removed.items() if k not in needed}
+            removed, materialise = self._keep_walks(line, removed, rescued)
+        self.materialise.update(materialise)
         if removed and line[-1] in removed and len(removed) < len(self.ns_scope):
             removed = {}  # a task's namespace, part of which a protection keeps: all stays
         for key, protection in rescued.items():
@@ -315,6 +317,47 @@ class _History:
         if root is not None and root in materialise and self._new_root(line, still) != root:
             del materialise[root]  # walks for other channels kept what is above it
         return walked, materialise
+
+    def _keep_walks(
+        self,
+        line: Sequence[NodeKey],
+        removed: dict[NodeKey, Reason],
+        rescued: dict[NodeKey, Protection],
+    ) -> tuple[dict[NodeKey, Reason], dict[NodeKey, tuple[str, ...]]]:
+        """`removed` without what a kept delta value is rebuilt from (added to `rescued`),
+        and the values to materialise instead."""
+        if not self.delta:
+            return removed, {}
+        walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
+        rescued.update(walked)
+        return {k: r for k, r in removed.items() if k not in walked}, materialise
+
+    def _sends_parents(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
+        """The parents of `removed` that a kept pre-v4 checkpoint reads its pending sends
+        from, to keep.
+
+        Below format 4, the saver's read of a checkpoint turns its parent's
+        `__pregel_tasks` writes into its pending sends. Once its parent goes, it
+        reads the new parent's (a graft) or none (a root): the parent stays
+        unless neither it nor the new parent owns writes.
+        """
+        needed: dict[NodeKey, Protection] = {}
+        for key in sorted(self.ns_scope - removed.keys()):
+            node = self.lineage.nodes[key]
+            parent = self.lineage.parent(node)
+            if node.format_version is None or node.format_version >= 4 or parent is None:
+                continue
+            parent_key = (parent.checkpoint_ns, parent.checkpoint_id)
+            if parent_key not in removed:
+                continue
+            new_parent: CheckpointNode | None = parent
+            while new_parent is not None and (
+                (new_parent.checkpoint_ns, new_parent.checkpoint_id) in removed
+            ):
+                new_parent = self.lineage.parent(new_parent)
+            if parent.write_count or (new_parent is not None and new_parent.write_count):
+                needed[parent_key] = Protection.PRE_V4_SENDS
+        return needed
 
     def _new_root(self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Any]) -> NodeKey | None:
         """The oldest kept checkpoint of the root namespace's line, if the pass removes

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import BlobKey, CheckpointNode
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
@@ -83,6 +84,7 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
         ts=checkpoint.get("ts", ""),
         # The values inside the payload are the ones stored; the others are rebuilt.
         stored=frozenset(checkpoint.get("channel_values", {})),
+        format_version=format_version_of(checkpoint.get("v")),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
+from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
@@ -121,6 +122,7 @@ class MemoryBackend(Backend):
             metadata=metadata,
             ts=checkpoint.get("ts", ""),
             stored=self._stored(thread_id, ns, versions),
+            format_version=format_version_of(checkpoint.get("v")),
         )
 
     def _stored(self, thread_id: str, ns: str, versions: Mapping[str, Any]) -> frozenset[str]:

@@ -45,6 +45,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
+from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import (
     Op,
@@ -62,6 +63,7 @@ _NODE_COLUMNS = """
     c.checkpoint -> 'channel_versions' AS channel_versions,
     c.checkpoint -> 'versions_seen' AS versions_seen,
     c.checkpoint ->> 'ts' AS ts,
+    c.checkpoint -> 'v' AS format_version,
     c.metadata"""
 
 _WRITE_COUNT_COLUMN = """
@@ -376,6 +378,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans):
             write_count=write_count,
             metadata=row["metadata"] or {},
             ts=row["ts"] or "",
+            format_version=format_version_of(row["format_version"]),
         )
 
     def _ids_param(self, ids: Sequence[str]) -> list[str]:

@@ -420,6 +420,12 @@ def history_scenarios(draw: st.DrawFn) -> Scenario:
             nodes[key] = dataclasses.replace(
                 node, metadata={**node.metadata, **delta}, stored=stored
             )
+    elif nodes and draw(st.booleans()):
+        # Checkpoints written before format 4: all of them, or some.
+        every = draw(st.booleans())
+        old = set(nodes) if every else draw(st.sets(st.sampled_from(sorted(nodes)), min_size=1))
+        for key in old:
+            nodes[key] = dataclasses.replace(nodes[key], format_version=3)
     return dataclasses.replace(s, nodes=nodes, full={**s.full, **nodes}, policy=policy)
 
 
@@ -501,6 +507,21 @@ def test_history_rules_keep_every_chain_and_protection(s: Scenario) -> None:
     assert not {("", c) for c in history_children} & chains, "an explicit id's chain re-parented"
     assert_namespaces_go_with_their_runs(s, plan, after, history)
     assert_delta_values_unchanged(s, plan, after)
+    assert_pre_v4_sends_unchanged(s, after)
+
+
+def assert_pre_v4_sends_unchanged(s: Scenario, after: Mapping[NodeKey, CheckpointNode]) -> None:
+    """A surviving checkpoint written before format 4 reads its pending sends from the
+    same parent's writes as before, or from no writes before and after."""
+
+    def sends_from(nodes: Mapping[NodeKey, CheckpointNode], key: NodeKey) -> NodeKey | None:
+        parent_id = nodes[key].parent_id
+        parent = nodes.get((key[0], parent_id)) if parent_id is not None else None
+        return (key[0], parent.checkpoint_id) if parent and parent.write_count else None
+
+    for key, node in after.items():
+        if node.format_version is not None and node.format_version < 4:
+            assert sends_from(after, key) == sends_from(s.nodes, key), f"{key}: sends changed"
 
 
 def assert_namespaces_go_with_their_runs(

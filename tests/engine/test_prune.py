@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langgraph.types import Command
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.types import TASKS
+from langgraph.types import Command, Send
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
@@ -156,3 +158,64 @@ def test_bad_arguments_name_themselves() -> None:
         saver.prune("t")
     with pytest.raises(TypeError, match="delta_graph"):
         saver.prune(["t"], delta_graph=object())
+
+
+def _write_pre_v4_thread(saver: Any, thread_id: str, version: int) -> list[str]:
+    """Four checkpoints of format `version`, root first, each put as a saver of that time
+    put them; the second and third own `__pregel_tasks` writes (a Send each), which a
+    pre-v4 read of their child turns into its pending sends."""
+    ids: list[str] = []
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for step in range(4):
+        checkpoint = empty_checkpoint()
+        checkpoint["v"] = version
+        checkpoint["channel_values"] = {"count": step}
+        checkpoint["channel_versions"] = {"count": f"{step + 1:032}.0"}
+        metadata: Any = {"source": "loop", "step": step, "parents": {}}
+        config = saver.put(config, checkpoint, metadata, {"count": f"{step + 1:032}.0"})
+        ids.append(config["configurable"]["checkpoint_id"])
+        if step in (1, 2):
+            saver.put_writes(config, [(TASKS, Send("fan", {"step": step}))], f"task-{step}")
+    return ids
+
+
+def _as_read(found: Any) -> tuple[Any, Any, Any]:
+    """What a read answers of a checkpoint, its parent link aside (a root made drops it)."""
+    checkpoint = {k: v for k, v in found.checkpoint.items() if k != "ts"}
+    return checkpoint, found.metadata, found.pending_writes
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keep_latest_keeps_the_parents_pre_v4_checkpoints_read_their_sends_from(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Before format 4 a checkpoint's pending sends are its parent's `__pregel_tasks`
+    writes (the Postgres saver moves them into its read). Each kept one keeps that
+    parent; the first checkpoint, whose writes nobody reads, goes, and the second becomes
+    the root. At format 4 only the head stays."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        old = _write_pre_v4_thread(inner, "old", 3)
+        new = _write_pre_v4_thread(inner, "new", 4)
+        pinned = {i: inner.get_tuple(_pinned("old", i)) for i in old}
+        if kind == "postgres":  # the saver that migrates them: the head reads its sends
+            assert pinned[old[3]].checkpoint["channel_values"][TASKS] == [Send("fan", {"step": 2})]
+        saver.prune(["old", "new"])
+        assert [t.config["configurable"]["checkpoint_id"] for t in inner.list(thread("old"))] == [
+            old[3],
+            old[2],
+            old[1],
+        ]
+        for checkpoint_id in old[1:]:
+            assert _as_read(inner.get_tuple(_pinned("old", checkpoint_id))) == _as_read(
+                pinned[checkpoint_id]
+            ), checkpoint_id
+        assert [t.config["configurable"]["checkpoint_id"] for t in inner.list(thread("new"))] == [
+            new[3]
+        ]
+        assert integrity(inner, "old").clean and integrity(inner, "new").clean
+
+
+def _pinned(thread_id: str, checkpoint_id: str) -> Any:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    return {"configurable": configurable}
