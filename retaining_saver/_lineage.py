@@ -77,7 +77,10 @@ class CheckpointNode:
 
 
 def format_version_of(value: Any) -> int | None:
-    """A stored checkpoint's `v` as `CheckpointNode.format_version`: None unless an int."""
+    """A stored checkpoint's `v` (an int, or its decimal text) as
+    `CheckpointNode.format_version`; None for anything else."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

@@ -83,6 +83,10 @@ class _History:
         self.units: list[_HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
+        self.pre_v4 = any(
+            n.format_version is not None and n.format_version < 4
+            for n in self.lineage.nodes.values()
+        )
         self.unnamed_delta = any(
             DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
         )
@@ -342,6 +346,8 @@ class _History:
         unless neither it nor the new parent owns writes.
         """
         needed: dict[NodeKey, Protection] = {}
+        if not self.pre_v4:
+            return needed
         for key in sorted(self.ns_scope - removed.keys()):
             node = self.lineage.nodes[key]
             parent = self.lineage.parent(node)

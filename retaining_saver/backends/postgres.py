@@ -58,12 +58,13 @@ from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 
+# `v` as text: psycopg would decode a JSONB column with a `json.loads` per row.
 _NODE_COLUMNS = """
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
     c.checkpoint -> 'channel_versions' AS channel_versions,
     c.checkpoint -> 'versions_seen' AS versions_seen,
     c.checkpoint ->> 'ts' AS ts,
-    c.checkpoint -> 'v' AS format_version,
+    c.checkpoint ->> 'v' AS format_version,
     c.metadata"""
 
 _WRITE_COUNT_COLUMN = """
