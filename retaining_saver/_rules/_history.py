@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retaining_saver._lineage import (
     CheckpointNode,
@@ -22,6 +22,7 @@ from retaining_saver._rules._leaf import (
     ROOT_NAMESPACE,
     _parse_ts,
 )
+from retaining_saver._rules._reads import _AncestorReads
 from retaining_saver._rules._runs import (
     compactable_steps,
     delta_channels,
@@ -29,7 +30,6 @@ from retaining_saver._rules._runs import (
     parents_named,
     root_of,
     split_runs,
-    walk,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class _HistoryUnit:
         self.roots += other.roots
 
 
-class _History:
+class _History(_AncestorReads):
     """The history rules (horizon, step compaction, keep_latest) over each namespace.
 
     Planned once, on construction: `removed` is what the rules delete, `scope`
@@ -283,99 +283,6 @@ class _History:
                 keep(key, Protection.TOO_YOUNG)
                 keep(self.planner._parent_key(key), Protection.YOUNG_PARENT)
         return rescued
-
-    def _walks(
-        self,
-        kept: Iterable[NodeKey],
-        removed: Mapping[NodeKey, Any],
-        line: Sequence[NodeKey],
-    ) -> tuple[dict[NodeKey, Protection], dict[NodeKey, tuple[str, ...]]]:
-        """What of `removed` a kept checkpoint's delta value is rebuilt from, to keep; and
-        what to materialise instead, at the root a pass makes.
-
-        A delta channel's value at a checkpoint it does not store is its nearest
-        storing ancestor's value plus every writes row on the way (`_runs.walk`). A
-        kept checkpoint's walks must stay whole, unless its value is stored
-        there first: at the new root of the root namespace, for the channels
-        `delta_graph` declares.
-        """
-        materialise: dict[NodeKey, tuple[str, ...]] = {}
-        root = self._new_root(line, removed)
-        if root is not None:
-            needed = self._unstored(self.lineage.nodes[root])
-            if needed and set(needed) <= self.policy.materializable:
-                materialise[root] = tuple(sorted(needed))
-        walked: dict[NodeKey, Protection] = {}
-        todo = list(kept)
-        while todo:
-            key = todo.pop()
-            node = self.lineage.nodes[key]
-            for channel in self._unstored(node):
-                if channel in materialise.get(key, ()):
-                    continue
-                for step in walk(self.lineage, node, channel, materialise):
-                    if step in removed and step not in walked:
-                        walked[step] = Protection.DELTA_HISTORY
-                        todo.append(step)
-        still = {k: r for k, r in removed.items() if k not in walked}
-        if root is not None and root in materialise and self._new_root(line, still) != root:
-            del materialise[root]  # walks for other channels kept what is above it
-        return walked, materialise
-
-    def _keep_walks(
-        self,
-        line: Sequence[NodeKey],
-        removed: dict[NodeKey, Reason],
-        rescued: dict[NodeKey, Protection],
-    ) -> tuple[dict[NodeKey, Reason], dict[NodeKey, tuple[str, ...]]]:
-        """`removed` without what a kept delta value is rebuilt from (added to `rescued`),
-        and the values to materialise instead."""
-        if not self.delta:
-            return removed, {}
-        walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
-        rescued.update(walked)
-        return {k: r for k, r in removed.items() if k not in walked}, materialise
-
-    def _sends_parents(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
-        """The parents of `removed` that a kept pre-v4 checkpoint reads its pending sends
-        from, to keep.
-
-        Below format 4, the saver's read of a checkpoint turns its parent's
-        `__pregel_tasks` writes into its pending sends. Once its parent goes, it
-        reads the new parent's (a graft) or none (a root): the parent stays
-        unless neither it nor the new parent owns writes.
-        """
-        needed: dict[NodeKey, Protection] = {}
-        if not self.pre_v4:
-            return needed
-        for key in sorted(self.ns_scope - removed.keys()):
-            node = self.lineage.nodes[key]
-            parent = self.lineage.parent(node)
-            if node.format_version is None or node.format_version >= 4 or parent is None:
-                continue
-            parent_key = (parent.checkpoint_ns, parent.checkpoint_id)
-            if parent_key not in removed:
-                continue
-            new_parent: CheckpointNode | None = parent
-            while new_parent is not None and (
-                (new_parent.checkpoint_ns, new_parent.checkpoint_id) in removed
-            ):
-                new_parent = self.lineage.parent(new_parent)
-            if parent.write_count or (new_parent is not None and new_parent.write_count):
-                needed[parent_key] = Protection.PRE_V4_SENDS
-        return needed
-
-    def _new_root(self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Any]) -> NodeKey | None:
-        """The oldest kept checkpoint of the root namespace's line, if the pass removes
-        what is above it."""
-        if not line or line[0] not in removed or line[0][0] != ROOT_NAMESPACE:
-            return None
-        return next((k for k in line if k not in removed), None)
-
-    def _unstored(self, node: CheckpointNode) -> list[str]:
-        """The delta channels `node` has a version of but does not store."""
-        stored = node.stored or frozenset()
-        return [c for c in sorted(self.delta) if c in node.channel_versions and c not in stored]
 
     def _young(self, node: CheckpointNode) -> bool:
         """Inside `history_min_age`, or of unknown age."""
