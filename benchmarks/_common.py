@@ -68,6 +68,16 @@ def drop_database(server: str, dsn: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def pg_columns(conn: Any, table: str) -> list[str]:
+    """`table`'s column names, in order, on a psycopg connection."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_name = %s ORDER BY ordinal_position",
+        (table,),
+    )
+    return [row[0] for row in rows]
+
+
 # Threads
 
 

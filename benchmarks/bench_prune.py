@@ -52,14 +52,7 @@ async def build_template(dsn: str, threads: int, turns: int, flavor: str) -> Non
         await RetainingSaver(saver).acreate_retention_indexes()
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in TABLES:
-            columns = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_name = %s ORDER BY ordinal_position",
-                    (table,),
-                )
-            ]
+            columns = _common.pg_columns(conn, table)
             rest = ", ".join(c for c in columns if c != "thread_id")
             conn.execute(
                 f"INSERT INTO {table} (thread_id, {rest}) "

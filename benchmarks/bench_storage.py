@@ -102,14 +102,7 @@ def open_postgres(dsn: str) -> Iterator[tuple[BaseCheckpointSaver[Any], Callable
 
         def copy(source: str, target: str) -> None:
             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
-                columns = [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT column_name FROM information_schema.columns "
-                        "WHERE table_name = %s ORDER BY ordinal_position",
-                        (table,),
-                    )
-                ]
+                columns = _common.pg_columns(conn, table)
                 _copy_rows(conn.execute, table, columns, "%s", source, target)
             conn.commit()
 

@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from retaining_saver.testing.graphs import chat_graph, thread, turn
+from retaining_saver.testing.graphs import chat_graph, line_graph, thread, turn
 
 KEPT, TWIN = "kept", "twin"
 
@@ -37,14 +37,7 @@ def _step(name: str) -> Callable[[Log], Log]:
 
 def chain_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     """`START -> a -> b -> c -> END`: five checkpoints per run."""
-    builder: Any = StateGraph(Log)
-    for name in "abc":
-        builder.add_node(name, _step(name))
-    builder.add_edge(START, "a")
-    builder.add_edge("a", "b")
-    builder.add_edge("b", "c")
-    builder.add_edge("c", END)
-    return builder.compile(checkpointer=saver)
+    return line_graph(Log, [(name, _step(name)) for name in "abc"], saver)
 
 
 def _ask(state: Log) -> Log:
@@ -54,17 +47,8 @@ def _ask(state: Log) -> Log:
 
 def interrupt_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     """`START -> draft -> polish -> ask (interrupts) -> done -> END`."""
-    builder: Any = StateGraph(Log)
-    builder.add_node("draft", _step("draft"))
-    builder.add_node("polish", _step("polish"))
-    builder.add_node("ask", _ask)
-    builder.add_node("done", _step("done"))
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "polish")
-    builder.add_edge("polish", "ask")
-    builder.add_edge("ask", "done")
-    builder.add_edge("done", END)
-    return builder.compile(checkpointer=saver)
+    nodes = [("draft", _step("draft")), ("polish", _step("polish")), ("ask", _ask)]
+    return line_graph(Log, [*nodes, ("done", _step("done"))], saver)
 
 
 def _ask_twice(prompt: str) -> Callable[[Log], Log]:
@@ -77,17 +61,8 @@ def _ask_twice(prompt: str) -> Callable[[Log], Log]:
 
 def two_interrupts_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     """`START -> draft -> review (interrupts) -> sign (interrupts) -> done -> END`."""
-    builder: Any = StateGraph(Log)
-    builder.add_node("draft", _step("draft"))
-    builder.add_node("review", _ask_twice("review"))
-    builder.add_node("sign", _ask_twice("sign"))
-    builder.add_node("done", _step("done"))
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "sign")
-    builder.add_edge("sign", "done")
-    builder.add_edge("done", END)
-    return builder.compile(checkpointer=saver)
+    nodes = [("draft", _step("draft")), ("review", _ask_twice("review"))]
+    return line_graph(Log, [*nodes, ("sign", _ask_twice("sign")), ("done", _step("done"))], saver)
 
 
 FAIL = "fail_branch_b"
@@ -277,11 +252,7 @@ class Twins:
         return twins
 
     def state(self, thread_id: str, checkpoint_id: str) -> Any:
-        return self.graph.get_state(_pinned(thread_id, checkpoint_id))
-
-
-def _pinned(thread_id: str, checkpoint_id: str) -> RunnableConfig:
-    return thread(thread_id, checkpoint_id)
+        return self.graph.get_state(thread(thread_id, checkpoint_id))
 
 
 def ts_of(twins: Twins, checkpoint_id: str) -> datetime:

@@ -142,6 +142,7 @@ from retaining_saver._rules._leaf import (
     parent_skip,
     root_holds,
     untaken_skip,
+    values_hold,
 )
 from retaining_saver._rules._plan import plan_retention
 from retaining_saver._rules._runs import (
@@ -192,4 +193,5 @@ __all__ = [
     "split_runs",
     "untaken_skip",
     "uses_delta_channels",
+    "values_hold",
 ]

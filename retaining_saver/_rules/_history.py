@@ -177,11 +177,13 @@ class _History(_AncestorReads):
     def _sticky(self, ns: str, head: NodeKey) -> set[NodeKey]:
         """What of a rooted subgraph namespace stays whatever its root checkpoints do."""
         self._enter(head)
-        spare = {head} if is_persistent(ns) else set()
         everything = dict.fromkeys(self.ns_scope, Reason.BEYOND_HORIZON)
-        kept = set(self._rescued(everything)) | spare
-        walked, _ = self._walks(kept, {k: r for k, r in everything.items() if k not in kept}, [])
-        return kept | walked.keys()
+        rescued = self._rescued(everything)
+        if is_persistent(ns):
+            rescued[head] = Protection.HEAD
+        removed = {k: r for k, r in everything.items() if k not in rescued}
+        removed, _ = self._keep_reads([], removed, rescued)
+        return self.ns_scope - removed.keys()
 
     # Planning one namespace
 
@@ -201,12 +203,7 @@ class _History(_AncestorReads):
         if self.unnamed_delta:
             rescued.update(dict.fromkeys(removal, Protection.DELTA_HISTORY))
         removed = {k: r for k, r in removal.items() if k not in rescued}
-        removed, materialise = self._keep_walks(line, removed, rescued)
-        # A parent kept for its sends is kept whole, with what it reads from above it.
-        while needed := self._sends_parents(removed):
-            rescued.update(needed)
-            removed = {k: r for k, r in removed.items() if k not in needed}
-            removed, materialise = self._keep_walks(line, removed, rescued)
+        removed, materialise = self._keep_reads(line, removed, rescued)
         self.materialise.update(materialise)
         if removed and line[-1] in removed and len(removed) < len(self.ns_scope):
             removed = {}  # a task's namespace, part of which a protection keeps: all stays

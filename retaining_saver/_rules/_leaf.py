@@ -264,6 +264,12 @@ def root_holds(root: Root, now: Mapping[str, CheckpointNode]) -> bool:
     return _chain_as_planned(root.checkpoint_id, root.via, None, now)
 
 
+def values_hold(channel_versions: Mapping[str, Any], values: Mapping[str, tuple[str, Any]]) -> bool:
+    """Whether a checkpoint still has each channel of `values` (channel: (version, value))
+    at the version its value was rebuilt for, as read in the transaction storing it."""
+    return all(str(channel_versions.get(c)) == version for c, (version, _) in values.items())
+
+
 def _chain_as_planned(
     child_id: str, via: Sequence[str], top_id: str | None, now: Mapping[str, CheckpointNode]
 ) -> bool:

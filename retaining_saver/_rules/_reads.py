@@ -60,19 +60,26 @@ class _AncestorReads:
             del materialise[root]  # walks for other channels kept what is above it
         return walked, materialise
 
-    def _keep_walks(
+    def _keep_reads(
         self,
         line: Sequence[NodeKey],
         removed: dict[NodeKey, Reason],
         rescued: dict[NodeKey, Protection],
     ) -> tuple[dict[NodeKey, Reason], dict[NodeKey, tuple[str, ...]]]:
-        """`removed` without what a kept delta value is rebuilt from (added to `rescued`),
-        and the values to materialise instead."""
-        if not self.delta:
-            return removed, {}
-        walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
-        rescued.update(walked)
-        return {k: r for k, r in removed.items() if k not in walked}, materialise
+        """`removed` without what the checkpoints kept read from above them (added to
+        `rescued`), and the delta values to materialise instead. A parent kept for its
+        pre-v4 sends is kept whole, with what it reads in turn."""
+        materialise: dict[NodeKey, tuple[str, ...]] = {}
+        while True:
+            if self.delta:
+                walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
+                rescued.update(walked)
+                removed = {k: r for k, r in removed.items() if k not in walked}
+            needed = self._sends_parents(removed)
+            if not needed:
+                return removed, materialise
+            rescued.update(needed)
+            removed = {k: r for k, r in removed.items() if k not in needed}
 
     def _sends_parents(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
         """The parents of `removed` that a kept pre-v4 checkpoint reads its pending sends

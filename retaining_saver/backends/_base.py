@@ -24,12 +24,10 @@ from retaining_saver._rules import (
     BlobKey,
     CheckpointNode,
     Deletion,
-    Graft,
     LeafFacts,
     Lineage,
     NodeKey,
     Plan,
-    Root,
     Skip,
 )
 from retaining_saver.backends._apply import (
@@ -289,14 +287,6 @@ class Backend(ABC):
         """Store each channel's value whole at the checkpoint, under the version given with
         it, as LangGraph stores a DeltaChannel snapshot (`_upstream.delta_snapshot`);
         False, storing nothing, if the checkpoint is gone or holds other versions."""
-
-    @abstractmethod
-    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
-        """Point `graft.child_id` at `graft.new_parent_id`."""
-
-    @abstractmethod
-    def make_root(self, thread_id: str, root: Root) -> Op[None]:
-        """Make `root.checkpoint_id` a root: set its parent id to None."""
 
     @abstractmethod
     def delete_unreferenced_blobs(

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from retaining_saver._rules import CheckpointNode, Graft, Lineage, Root
+from retaining_saver._rules import CheckpointNode, Lineage
 from retaining_saver.backends._base import Integrity, Op, StorageStats, TableStats
 from retaining_saver.backends._head_reader import HeadReader
 
@@ -60,8 +60,6 @@ class SqlTexts:
     select_reclaimed_table: str
     select_reclaimed_clone: str
     delete_thread_reclaimed: str
-    update_parent: str
-    make_root: str
     select_thread_stats: str
     select_store_stats: str
     select_first_thread_ids: str
@@ -181,14 +179,6 @@ class SqlBackend(HeadReader):
         for row in rows:
             found.setdefault(row["parent_id"], set()).add(row["checkpoint_id"])
         return found
-
-    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
-        params = (graft.new_parent_id, str(thread_id), graft.checkpoint_ns, graft.child_id)
-        yield Statement(self.sql.update_parent, params)
-
-    def make_root(self, thread_id: str, root: Root) -> Op[None]:
-        params = (str(thread_id), root.checkpoint_ns, root.checkpoint_id)
-        yield Statement(self.sql.make_root, params)
 
     def stats(self, thread_id: str | None) -> Op[StorageStats]:
         if thread_id is None:

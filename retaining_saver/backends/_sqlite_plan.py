@@ -22,7 +22,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._lineage import format_version_of
-from retaining_saver._rules import BlobKey, CheckpointNode
+from retaining_saver._rules import BlobKey, CheckpointNode, values_hold
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
@@ -133,8 +133,7 @@ class SqlitePlans(SqlBackend):
         if not rows:
             return False
         checkpoint = self._checkpoint(rows[0])
-        versions = checkpoint.get("channel_versions", {})
-        if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
+        if not values_hold(checkpoint.get("channel_versions", {}), values):
             return False
         stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
         checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}

@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._lineage import format_version_of
-from retaining_saver._rules import BlobKey, CheckpointNode, Graft, LeafFacts, Lineage, Root
+from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, values_hold
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Backend,
@@ -293,7 +293,7 @@ class MemoryBackend(Backend):
             if row is None:
                 return False
             versions = self.saver.serde.loads_typed(row[0]).get("channel_versions", {})
-            if any(str(versions.get(c)) != v for c, (v, _) in values.items()):
+            if not values_hold(versions, values):
                 return False
             for channel, (_, value) in values.items():
                 key = (thread_id, checkpoint_ns, channel, versions[channel])
@@ -342,20 +342,6 @@ class MemoryBackend(Backend):
         def statement() -> None:
             records = self._records()
             _drop(records, [k for k in records if k[0] == thread_id])
-
-        yield statement
-
-    def reparent(self, thread_id: str, graft: Graft) -> Op[None]:
-        def statement() -> None:
-            rows = self.saver.storage[thread_id][graft.checkpoint_ns]
-            _set_row(rows, graft.child_id, graft.new_parent_id)
-
-        yield statement
-
-    def make_root(self, thread_id: str, root: Root) -> Op[None]:
-        def statement() -> None:
-            rows = self.saver.storage[thread_id][root.checkpoint_ns]
-            _set_row(rows, root.checkpoint_id, None)
 
         yield statement
 

@@ -179,16 +179,6 @@ DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoi
 RETURNING checkpoint_id
 """
 
-UPDATE_PARENT_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = %s
-WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-"""
-
-MAKE_ROOT_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = NULL
-WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-"""
-
 SELECT_CHILDREN_SQL = """
 SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
 WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = ANY(%s::text[])

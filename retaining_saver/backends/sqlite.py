@@ -165,16 +165,6 @@ DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint
 RETURNING checkpoint_id
 """
 
-UPDATE_PARENT_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = ?
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-MAKE_ROOT_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = NULL
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
 SELECT_CHILDREN_SQL = """
 SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
 WHERE thread_id = ? AND checkpoint_ns = ?

@@ -47,6 +47,22 @@ def extend_all(state: list[str], writes: Sequence[list[str]]) -> list[str]:
     return out
 
 
+def line_graph(
+    schema: Any,
+    nodes: Sequence[tuple[str, Callable[[Any], dict[str, Any]]]],
+    checkpointer: BaseCheckpointSaver[Any] | bool | None,
+) -> Any:
+    """`START -> nodes... -> END` over `schema`, each node `(name, action)`, compiled with
+    `checkpointer`: a graph that runs its nodes one after another."""
+    builder: Any = StateGraph(schema)
+    names = [name for name, _ in nodes]
+    for name, action in nodes:
+        builder.add_node(name, action)
+    for source, target in zip([START, *names], [*names, END], strict=True):
+        builder.add_edge(source, target)
+    return builder.compile(checkpointer=checkpointer)
+
+
 # The contract's chat: `reply` then `count`, four checkpoints per turn
 
 
@@ -73,13 +89,7 @@ def chat_graph(
 ) -> Any:
     """`START -> reply -> count -> END`: four checkpoints per turn."""
     schema: Any = FullChat if flavor == "full" else DeltaChat
-    builder: Any = StateGraph(schema)
-    builder.add_node("reply", _reply)
-    builder.add_node("count", _count)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", "count")
-    builder.add_edge("count", END)
-    return builder.compile(checkpointer=checkpointer)
+    return line_graph(schema, [("reply", _reply), ("count", _count)], checkpointer)
 
 
 def subgraph_chat(
@@ -90,11 +100,7 @@ def subgraph_chat(
     else a plain one, which saves each call in a namespace of its own (`inner:<task>`)."""
     inner = chat_graph(True if persistent else None, flavor)
     schema: Any = FullChat if flavor == "full" else DeltaChat
-    builder: Any = StateGraph(schema)
-    builder.add_node("inner", inner)
-    builder.add_edge(START, "inner")
-    builder.add_edge("inner", END)
-    return builder.compile(checkpointer=checkpointer)
+    return line_graph(schema, [("inner", inner)], checkpointer)
 
 
 def turn(i: int) -> dict[str, Any]:
@@ -152,13 +158,7 @@ def _summarize(state: ChatState) -> dict[str, Any]:
 
 def build_chat_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
     """`START -> respond -> summarize -> END` over `add_messages` messages."""
-    builder: Any = StateGraph(ChatState)
-    builder.add_node("respond", _respond)
-    builder.add_node("summarize", _summarize)
-    builder.add_edge(START, "respond")
-    builder.add_edge("respond", "summarize")
-    builder.add_edge("summarize", END)
-    return builder.compile(checkpointer=checkpointer)
+    return line_graph(ChatState, [("respond", _respond), ("summarize", _summarize)], checkpointer)
 
 
 def chat_turn(i: int) -> dict[str, Any]:
@@ -191,15 +191,8 @@ def _publish(state: ReviewState) -> dict[str, Any]:
 
 def build_interrupt_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
     """`draft -> review -> publish`; `review` calls `interrupt()`, resumed by `Command`."""
-    builder: Any = StateGraph(ReviewState)
-    builder.add_node("draft", _draft)
-    builder.add_node("review", _review)
-    builder.add_node("publish", _publish)
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "publish")
-    builder.add_edge("publish", END)
-    return builder.compile(checkpointer=checkpointer)
+    nodes = [("draft", _draft), ("review", _review), ("publish", _publish)]
+    return line_graph(ReviewState, nodes, checkpointer)
 
 
 # The DeltaChannel graph: a list channel stored as deltas, snapshotted every 3 updates
@@ -226,13 +219,7 @@ def _count_items(state: DeltaState) -> dict[str, Any]:
 
 def build_delta_graph(checkpointer: BaseCheckpointSaver[Any] | None) -> Any:
     """`add_item -> count` with `items` declared as a beta `DeltaChannel`."""
-    builder: Any = StateGraph(DeltaState)
-    builder.add_node("add_item", _add_item)
-    builder.add_node("count", _count_items)
-    builder.add_edge(START, "add_item")
-    builder.add_edge("add_item", "count")
-    builder.add_edge("count", END)
-    return builder.compile(checkpointer=checkpointer)
+    return line_graph(DeltaState, [("add_item", _add_item), ("count", _count_items)], checkpointer)
 
 
 def delta_turn(i: int) -> dict[str, Any]:

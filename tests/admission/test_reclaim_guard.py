@@ -110,8 +110,9 @@ def _change_leaf_history(inner: Any, backend: Backend, leaf: CheckpointTuple, pa
 def _reparent_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
     # Onto its grandparent, as a graft would: the parent stays, the newest two ids too.
     grandparent = parent.parent_config["configurable"]["checkpoint_id"]
-    graft = rules.Graft("", leaf.checkpoint["id"], (), grandparent)
-    backend.run(backend.reparent(_thread(leaf), graft))
+    parent_id = parent.config["configurable"]["checkpoint_id"]
+    change = ("", leaf.checkpoint["id"], parent_id, grandparent)
+    assert backend.run(backend.set_parents(_thread(leaf), [change])) == 1
 
 
 def _delete_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:

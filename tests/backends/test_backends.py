@@ -30,7 +30,6 @@ from savers import open_async, open_sync
 
 from retaining_saver import RetainingSaver
 from retaining_saver._rules import (
-    Graft,
     Plan,
     Reason,
     RetentionPolicy,
@@ -283,10 +282,10 @@ async def test_delete_checkpoint_removes_row_and_writes(store: Store) -> None:
     assert (integrity.dangling_parents, integrity.orphan_writes) == (1, 0)
 
 
-async def test_reparent_points_child_at_new_parent(store: Store) -> None:
+async def test_set_parents_points_child_at_new_parent(store: Store) -> None:
     chain = await write_chain(store)
-    graft = Graft("", chain.ids[2], (chain.ids[1],), chain.ids[0])
-    await store.run(store.backend.reparent(THREAD, graft))
+    change = ("", chain.ids[2], chain.ids[1], chain.ids[0])
+    assert await store.run(store.backend.set_parents(THREAD, [change])) == 1
     found = await store.run(store.backend.load_nodes(THREAD, "", [chain.ids[2]]))
     assert found[chain.ids[2]].parent_id == chain.ids[0]
     loaded = await store.get_tuple(chain.configs[2])

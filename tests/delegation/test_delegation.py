@@ -610,7 +610,8 @@ def test_forwarding_saver_reaches_its_target(kind: str) -> None:
 def test_wrapper_lacks_only_what_the_instance_lacks() -> None:
     """Mirrors are cached by what the inner saver lacks, not by its type."""
     forwarding = wrap_quietly(KINDS["forwarding"]())
-    assert type(forwarding) is type(wrap_quietly(KINDS["forwarding"]()))
+    another_type = type("AnotherForwardingSaver", (type(forwarding.inner),), {})
+    assert type(forwarding) is type(wrap_quietly(another_type()))
     assert DetectedCapabilities.from_instance(forwarding) == DetectedCapabilities.from_instance(
         InMemorySaver()
     )

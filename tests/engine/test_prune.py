@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from compaction_kit import KEPT, TWIN, history_ids
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.types import TASKS
 from langgraph.types import Command, Send
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
+from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import (
     build_interrupt_graph,
@@ -29,15 +31,7 @@ from retaining_saver.testing.graphs import (
     thread_config,
     turn,
 )
-
-KEPT, TWIN = "kept", "twin"
-
-
-def _history(graph: Any, thread_id: str) -> list[str]:
-    return [
-        s.config["configurable"]["checkpoint_id"]
-        for s in graph.get_state_history(thread(thread_id))
-    ]
+from retaining_saver.testing.views import visible_history
 
 
 def _state(graph: Any, thread_id: str) -> tuple[Any, Any]:
@@ -56,16 +50,16 @@ def test_keep_latest_keeps_the_head_and_the_thread_goes_on(
         for thread_id in (KEPT, TWIN):
             for i in range(5):
                 graph.invoke(turn(i), thread(thread_id))
-        head = _history(graph, KEPT)[0]
+        head = history_ids(graph, KEPT)[0]
         expected = _state(graph, KEPT)
         delta_graph = graph if flavor == "delta-with-graph" else None
         saver.prune([KEPT], strategy="keep_latest", delta_graph=delta_graph)
-        kept = _history(graph, KEPT)
+        kept = history_ids(graph, KEPT)
         assert kept[0] == head and _state(graph, KEPT) == expected
         if flavor != "delta":  # without the graph, a delta value's walk back stays
             assert kept == [head]
         assert integrity(inner, KEPT).clean
-        assert len(_history(graph, TWIN)) == 5 * 4, "other threads untouched"
+        assert len(history_ids(graph, TWIN)) == 5 * 4, "other threads untouched"
         for thread_id in (KEPT, TWIN):
             graph.invoke(turn(9), thread(thread_id))
         assert _state(graph, KEPT) == _state(graph, TWIN)
@@ -138,14 +132,34 @@ async def test_aprune_on_async_savers(kind: str, request: pytest.FixtureRequest)
 def test_delete_deletes_the_threads_and_their_reclaim_records(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
+    """A stamp reclaimed on each thread leaves a record: a read pinned to the stamp's id
+    answers its clone. Deleting one thread takes its rows and its record; the other
+    thread keeps both."""
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         graph = chat_graph(saver)
+        stamps = {}
         for thread_id in (KEPT, TWIN):
             graph.invoke(turn(0), thread(thread_id))
+            stamps[thread_id] = write_duration_leaf(saver, thread_id)
+            graph.invoke(turn(1), thread(thread_id))
+        assert saver.counters.reclaimed == 2
+        assert all(saver.get_tuple(thread(t, stamps[t])) is not None for t in stamps)
+        twin_before = visible_history(graph, thread(TWIN))
         saver.prune([KEPT], strategy="delete")
         assert inner.get_tuple(thread(KEPT)) is None
-        assert inner.get_tuple(thread(TWIN)) is not None
+        assert _record(saver, KEPT, stamps[KEPT]) is None, "the record outlived its thread"
+        assert _record(saver, TWIN, stamps[TWIN]) is not None
+        assert saver.get_tuple(thread(TWIN, stamps[TWIN])) is not None
+        assert visible_history(graph, thread(TWIN)) == twin_before
+        assert integrity(inner, TWIN).clean
+
+
+def _record(saver: RetainingSaver, thread_id: str, checkpoint_id: str | None) -> str | None:
+    """The clone the store's reclaim record names for `checkpoint_id`, if any."""
+    backend = saver.backend
+    assert backend is not None and checkpoint_id is not None
+    return backend.read(backend.reclaimed_clone(thread_id, "", checkpoint_id))
 
 
 def test_bad_arguments_name_themselves() -> None:
@@ -160,13 +174,13 @@ def test_bad_arguments_name_themselves() -> None:
         saver.prune(["t"], delta_graph=object())
 
 
-def _write_pre_v4_thread(saver: Any, thread_id: str, version: int) -> list[str]:
-    """Four checkpoints of format `version`, root first, each put as a saver of that time
-    put them; the second and third own `__pregel_tasks` writes (a Send each), which a
-    pre-v4 read of their child turns into its pending sends."""
+def _write_pre_v4_thread(saver: Any, thread_id: str, version: int, first: int = 0) -> list[str]:
+    """Checkpoints of steps `first` to 3 in format `version`, root first, each put as a
+    saver of that time put them; steps 1 and 2 own `__pregel_tasks` writes (a Send
+    each), which a pre-v4 read of their child turns into its pending sends."""
     ids: list[str] = []
     config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    for step in range(4):
+    for step in range(first, 4):
         checkpoint = empty_checkpoint()
         checkpoint["v"] = version
         checkpoint["channel_values"] = {"count": step}
@@ -180,8 +194,8 @@ def _write_pre_v4_thread(saver: Any, thread_id: str, version: int) -> list[str]:
 
 
 def _as_read(found: Any) -> tuple[Any, Any, Any]:
-    """What a read answers of a checkpoint, its parent link aside (a root made drops it)."""
-    checkpoint = {k: v for k, v in found.checkpoint.items() if k != "ts"}
+    """What a read answers of a checkpoint, but for its id, time and parent link."""
+    checkpoint = {k: v for k, v in found.checkpoint.items() if k not in ("id", "ts")}
     return checkpoint, found.metadata, found.pending_writes
 
 
@@ -192,12 +206,14 @@ def test_keep_latest_keeps_the_parents_pre_v4_checkpoints_read_their_sends_from(
     """Before format 4 a checkpoint's pending sends are its parent's `__pregel_tasks`
     writes (the Postgres saver moves them into its read). Each kept one keeps that
     parent; the first checkpoint, whose writes nobody reads, goes, and the second becomes
-    the root. At format 4 only the head stays."""
+    the root: each kept one reads as on a reference thread that never had the first. At
+    format 4 only the head stays."""
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         old = _write_pre_v4_thread(inner, "old", 3)
+        reference = _write_pre_v4_thread(inner, "reference", 3, first=1)
         new = _write_pre_v4_thread(inner, "new", 4)
-        pinned = {i: inner.get_tuple(_pinned("old", i)) for i in old}
+        pinned = {i: inner.get_tuple(thread("old", i)) for i in old}
         if kind == "postgres":  # the saver that migrates them: the head reads its sends
             assert pinned[old[3]].checkpoint["channel_values"][TASKS] == [Send("fan", {"step": 2})]
         saver.prune(["old", "new"])
@@ -206,16 +222,11 @@ def test_keep_latest_keeps_the_parents_pre_v4_checkpoints_read_their_sends_from(
             old[2],
             old[1],
         ]
-        for checkpoint_id in old[1:]:
-            assert _as_read(inner.get_tuple(_pinned("old", checkpoint_id))) == _as_read(
-                pinned[checkpoint_id]
-            ), checkpoint_id
+        for checkpoint_id, reference_id in zip(old[1:], reference, strict=True):
+            kept = _as_read(inner.get_tuple(thread("old", checkpoint_id)))
+            assert kept == _as_read(pinned[checkpoint_id]), checkpoint_id
+            assert kept == _as_read(inner.get_tuple(thread("reference", reference_id)))
         assert [t.config["configurable"]["checkpoint_id"] for t in inner.list(thread("new"))] == [
             new[3]
         ]
         assert integrity(inner, "old").clean and integrity(inner, "new").clean
-
-
-def _pinned(thread_id: str, checkpoint_id: str) -> Any:
-    configurable = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
-    return {"configurable": configurable}
