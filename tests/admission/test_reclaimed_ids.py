@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base.id import uuid6
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
@@ -119,7 +120,8 @@ Write = Callable[[RetainingSaver, RunnableConfig], None]
 def _put_child(saver: RetainingSaver, at: RunnableConfig) -> None:
     head = saver.get_tuple(at)
     assert head is not None
-    checkpoint = {**head.checkpoint, "id": "1f1ef999-0000-6000-8000-000000000001"}
+    # A fresh id: ids are time-ordered, so the child is the newest checkpoint.
+    checkpoint = {**head.checkpoint, "id": str(uuid6(clock_seq=-1))}
     saver.put(at, checkpoint, {"source": "update", "step": 9}, {})  # type: ignore[arg-type]
 
 
