@@ -5,6 +5,7 @@
     retaining-saver enforce TARGET [--thread ID ...] [POLICY] [--apply]
     retaining-saver compact TARGET [--min-free-ratio R] [--apply]
     retaining-saver index   TARGET
+    retaining-saver demo    [--turns N] [--keep PATH]
 
     TARGET  sqlite:///PATH, postgresql://... or postgres://... (or --target URL),
             or --sqlite PATH, or --postgres DSN (any libpq DSN, key=value too)
@@ -53,6 +54,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
+from retaining_saver import _demo
 from retaining_saver._cli_output import (
     PROG,
     Doc,
@@ -139,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_command_options(name, sub)
         sub.add_argument("--json", action="store_true", help="print one JSON document")
         sub.add_argument("--debug", action="store_true", help="print a traceback on error")
+    commands.add_parser("demo", help="a small chat stored bare and under each rule", add_help=False)
     return parser
 
 
@@ -326,6 +329,8 @@ _COMMANDS: Mapping[str, Callable[[Store, argparse.Namespace, Doc], None]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 done, 1 failed, 2 bad usage)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["demo"]:  # no target: the demo makes its own store
+        return _demo.main(arguments[1:])
     # Built before parsing: even a usage error may quote a DSN back.
     redact = Redactor.of_arguments(arguments)
     doc: Doc = {}

@@ -22,13 +22,23 @@ case "${RETAINING_SAVER_VERSIONS:-pinned}" in
         ;;
 esac
 
+_venv_new=
 if [[ ! -x $_venv_dir/bin/python ]]; then
+    echo "setting up $_venv_dir (first run only): creating it with $(python3 --version)..." >&2
     python3 -m venv "$_venv_dir"
+    _venv_new=1
+fi
+if [[ -n $_venv_new || $_venv_dir == .venv-newest ]]; then
+    echo "installing retaining-saver and its dev extras into $_venv_dir" \
+        "(about a minute; log: $_venv_dir/pip-install.log)..." >&2
 fi
 if ! "$_venv_dir/bin/python" -m pip install "${_venv_pip_args[@]}" -e ".[dev]" \
     >"$_venv_dir/pip-install.log" 2>&1; then
     cat "$_venv_dir/pip-install.log" >&2
     echo "pip install failed (log: $_venv_dir/pip-install.log)" >&2
     exit 1
+fi
+if [[ -n $_venv_new ]]; then
+    echo "installed; $_venv_dir is ready." >&2
 fi
 export PATH="$PWD/$_venv_dir/bin:$PATH"
