@@ -126,7 +126,8 @@ async def sample_integrity(dsn: str, ids: list[str]) -> bool:
     return True
 
 
-async def compare(server: str, threads: int, turns: int, rounds: int) -> None:
+async def compare(server: str, threads: int, turns: int, rounds: int) -> dict[str, Any]:
+    """Time both sides over `rounds` copies of the template; print and return the figures."""
     template = _common.create_database(server)
     try:
         await build_template(template, threads, turns, "full")
@@ -174,11 +175,24 @@ async def compare(server: str, threads: int, turns: int, rounds: int) -> None:
         )
         ratio = rates["retaining-saver"] / rates["upstream"]
         print(f"retaining-saver / upstream, threads per second: {ratio:.2f}x (goal >= 1.0x)")
+        return {
+            "threads": threads,
+            "turns": turns,
+            "rounds": rounds,
+            "seconds": seconds,
+            "threads_per_second": rates,
+            "ratio": ratio,
+            "peak_mib": peaks,
+            "rows_before": before,
+            "rows_left": left,
+            "integrity_clean": clean,
+        }
     finally:
         _common.drop_database(server, template)
 
 
-async def delta_threads(server: str, threads: int, turns: int) -> None:
+async def delta_threads(server: str, threads: int, turns: int) -> dict[str, Any]:
+    """Upstream against ours on DeltaChannel threads; print and return what each did."""
     template = _common.create_database(server)
     try:
         await build_template(template, threads, turns, "delta")
@@ -187,8 +201,10 @@ async def delta_threads(server: str, threads: int, turns: int) -> None:
         try:
             try:
                 await prune_once(dsn, ids, ours=False)
+                upstream = "pruned"
                 print("upstream pruned the DeltaChannel threads")
             except NotImplementedError as error:
+                upstream = "refused"
                 print(f"upstream on {threads} DeltaChannel threads: refused ({str(error)[:60]}...)")
         finally:
             _common.drop_database(server, dsn)
@@ -199,12 +215,19 @@ async def delta_threads(server: str, threads: int, turns: int) -> None:
             seconds = await prune_once(dsn, ids, ours=True, graph=graph)
             same = await head_values(dsn, ids) == heads_before
             left = rows_left(dsn)
+            clean = await sample_integrity(dsn, ids)
             print(
                 f"retaining-saver on {threads} DeltaChannel threads: {threads / seconds:.0f} "
                 f"threads/s, {left['checkpoints']} checkpoints left, "
-                f"every head's values unchanged: {same}, integrity: "
-                f"{await sample_integrity(dsn, ids)}"
+                f"every head's values unchanged: {same}, integrity: {clean}"
             )
+            return {
+                "threads": threads,
+                "upstream": upstream,
+                "checkpoints_left": left["checkpoints"],
+                "heads_unchanged": same,
+                "integrity_clean": clean,
+            }
         finally:
             _common.drop_database(server, dsn)
     finally:
