@@ -56,7 +56,7 @@ def growth(storage: dict[str, Any], path: Path) -> Path:
     turns = [int(t) for t in sqlite]
     for rule, style in RULE_STYLES.items():
         megabytes = [sqlite[str(t)]["rules"][rule]["bytes"] / 1e6 for t in turns]
-        left.plot(turns, megabytes, label=RULE_NAMES[rule], **style)  # type: ignore[arg-type]
+        left.plot(turns, megabytes, label=RULE_NAMES[rule], **style)
     live = [sqlite[str(t)]["live_state_bytes"] / 1e6 for t in turns]
     left.plot(turns, live, color="black", linestyle="--", linewidth=0.8, label="live state")
     left.set(xlabel="chat turns", ylabel="MB per thread", title="SQLite: bytes per thread")
@@ -73,7 +73,7 @@ def growth(storage: dict[str, Any], path: Path) -> Path:
                 for t in turns
             ]
             label = RULE_NAMES[rule] if kind == "sqlite" else None
-            right.plot(turns, share, label=label, **{**style, "linestyle": linestyle})  # type: ignore[arg-type]
+            right.plot(turns, share, label=label, **{**style, "linestyle": linestyle})
     right.set(
         xlabel="chat turns",
         ylabel="bytes / bare thread's bytes",

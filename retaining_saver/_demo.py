@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import operator
+import os
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -188,7 +190,20 @@ def table(rows: Sequence[Row]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the demo; print what it does and the table. Returns the exit status."""
+    """Run the demo; print what it does and the table. Returns the exit status.
+
+    A reader that stops reading (`retaining-saver demo | head -3`) ends the demo
+    quietly, with status 0.
+    """
+    try:
+        return _main(argv, out)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at nothing so that is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None, out: TextIO | None) -> int:
     parser = argparse.ArgumentParser(
         prog="retaining-saver demo",
         description=(__doc__ or "").split("\n\n", 1)[1],
@@ -210,7 +225,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     with tempfile.TemporaryDirectory() as directory:
         path = args.keep or Path(directory) / "demo.sqlite"
         say(f"A {args.turns}-turn chat, stamped after each turn, on {path}:")
-        rows = run(path, args.turns, say)
+        try:
+            rows = run(path, args.turns, say)
+        except ImportError as error:  # an install without the [sqlite] extra
+            parser.exit(1, f"{parser.prog}: error: {error}; pip install -e '.[sqlite]'\n")
         say("")
         for line in table(rows):
             say(line)

@@ -71,3 +71,18 @@ def test_demo_refuses_a_bad_turn_count() -> None:
     done = run_cli("demo", "--turns", "0")
     assert done.returncode == 2
     assert "--turns: must be >= 1" in done.stderr
+
+
+def test_demo_into_a_reader_that_stops_early_ends_quietly() -> None:
+    reader = subprocess.Popen(
+        [str(SCRIPT), "demo", "--turns", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.readline().startswith("A 2-turn chat")
+    reader.stdout.close()  # as `| head -1` does
+    errors = reader.stderr.read()
+    assert reader.wait(timeout=120) == 0
+    assert "Traceback" not in errors
