@@ -19,14 +19,23 @@ from retaining_saver._rules import (
     is_duration_marker,
 )
 from retaining_saver._saver import RetainingSaver
-from retaining_saver.backends._base import StorageStats, TableStats
+from retaining_saver.backends._sqlite_compaction import Compaction
+from retaining_saver.backends._stats import (
+    ChannelStats,
+    SpaceStats,
+    StorageStats,
+    TableStats,
+    ThreadStats,
+)
 
 __all__ = [
     "AdmissionCounters",
     "AdmissionResult",
+    "ChannelStats",
     "CheckpointNode",
     "CheckpointNotFoundError",
     "CleanupPermissionError",
+    "Compaction",
     "DeltaHistoryCache",
     "HistoryCache",
     "Protection",
@@ -37,8 +46,10 @@ __all__ = [
     "RetentionPolicy",
     "RetentionReport",
     "Skip",
+    "SpaceStats",
     "StorageStats",
     "TableStats",
+    "ThreadStats",
     "UnsupportedSaverError",
     "is_duration_marker",
 ]
