@@ -172,3 +172,27 @@ def ours(dsn: str) -> list[str]:
     """Every relation retaining-saver created: its index and its tables."""
     sql = "SELECT relname FROM pg_class WHERE relname LIKE %s ORDER BY 1"
     return [r[0] for r in pg_rows(dsn, sql, "retaining\\_saver\\_%")]
+
+
+# Fixtures: a test module takes them as `made_store, store, pg_store = FIXTURES`.
+
+
+@pytest.fixture(scope="module")
+def made_store(tmp_path_factory: pytest.TempPathFactory) -> SqliteStore:
+    """One store made by a real graph run; each test gets its own copy."""
+    return make_store(tmp_path_factory)
+
+
+@pytest.fixture
+def store(made_store: SqliteStore, tmp_path: Path) -> SqliteStore:
+    """A copy of the made store, in WAL mode as SqliteSaver leaves it; the name needs quoting."""
+    return copy_store(made_store, tmp_path)
+
+
+@pytest.fixture
+def pg_store(pg_dsn: str, request: pytest.FixtureRequest) -> PostgresStore:
+    """A Postgres database holding thread "cli", its newest migration unrecorded."""
+    return make_pg_store(pg_dsn, request)
+
+
+FIXTURES = (made_store, store, pg_store)

@@ -28,8 +28,8 @@ REASONS: Mapping[Reason, str] = MappingProxyType(
             "a duration stamp a later run forked from; its children are re-parented onto its parent"
         ),
         Reason.BEYOND_HORIZON: (
-            "older than the newest --keep-runs runs of the head line (or, for prune, not a "
-            "namespace's latest), and older than the TTL (--min-age)"
+            "older than the newest --keep-runs runs (prune: not its namespace's latest), "
+            "and than the TTL (--min-age)"
         ),
         Reason.COMPACTED_STEP: (
             "a super-step between a finished run's first and last one (--compact-steps), "

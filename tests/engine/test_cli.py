@@ -8,7 +8,6 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +16,14 @@ from typing import Any
 import pytest
 from cli_kit import (
     CLI,
+    FIXTURES,
     PARENT_INDEX,
     PASSWORD,
     PostgresStore,
     Ran,
     SqliteStore,
     cli,
-    copy_store,
     ids,
-    make_pg_store,
-    make_store,
     ours,
     pg_ids,
     pg_rows,
@@ -35,18 +32,9 @@ from cli_kit import (
     snapshot,
 )
 
-
-@pytest.fixture(scope="module")
-def made_store(tmp_path_factory: pytest.TempPathFactory) -> SqliteStore:
-    return make_store(tmp_path_factory)
-
-
-@pytest.fixture
-def store(made_store: SqliteStore, tmp_path: Path) -> SqliteStore:
-    return copy_store(made_store, tmp_path)
-
-
 # Read-only commands
+
+made_store, store, pg_store = FIXTURES  # pytest finds them here
 
 
 @pytest.mark.parametrize("journal", ["wal", "delete"])
@@ -346,11 +334,6 @@ def test_a_failure_partway_reports_the_threads_already_done(store: SqliteStore) 
 
 
 # Postgres
-
-
-@pytest.fixture
-def pg_store(pg_dsn: str, request: pytest.FixtureRequest) -> Iterator[PostgresStore]:
-    yield make_pg_store(pg_dsn, request)
 
 
 def test_postgres_read_only_commands_run_no_setup_and_write_nothing(
