@@ -12,12 +12,15 @@ from retaining_saver._errors import (
 )
 from retaining_saver._rules import (
     CheckpointNode,
+    Graft,
     Protection,
     Reason,
     RetentionPolicy,
+    Root,
     Skip,
     is_duration_marker,
 )
+from retaining_saver._rules._legend import explain
 from retaining_saver._saver import RetainingSaver
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import (
@@ -37,6 +40,7 @@ __all__ = [
     "CleanupPermissionError",
     "Compaction",
     "DeltaHistoryCache",
+    "Graft",
     "HistoryCache",
     "Protection",
     "Reason",
@@ -45,12 +49,14 @@ __all__ = [
     "RetainingSaverError",
     "RetentionPolicy",
     "RetentionReport",
+    "Root",
     "Skip",
     "SpaceStats",
     "StorageStats",
     "TableStats",
     "ThreadStats",
     "UnsupportedSaverError",
+    "explain",
     "is_duration_marker",
 ]
 __version__ = "0.1.0"

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
@@ -21,9 +21,6 @@ from retaining_saver.backends._base import Backend
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel
-
-DeltaGraph: TypeAlias = "Pregel[Any, Any, Any, Any]"
-"""The compiled graph whose threads a pass visits (see `RetentionPolicy.delta_graph`)."""
 
 
 class MaintenanceMixin(StorageMixin):
@@ -215,7 +212,7 @@ class MaintenanceMixin(StorageMixin):
         thread_ids: Sequence[str],
         *,
         strategy: str = "keep_latest",
-        delta_graph: DeltaGraph | None = None,
+        delta_graph: Pregel[Any, Any, Any, Any] | None = None,
     ) -> None:
         """Prune the given threads: `"keep_latest"` keeps only the latest checkpoint of
         each namespace, `"delete"` deletes the threads, as upstream's `prune` means.
@@ -250,7 +247,7 @@ class MaintenanceMixin(StorageMixin):
         thread_ids: Sequence[str],
         *,
         strategy: str = "keep_latest",
-        delta_graph: DeltaGraph | None = None,
+        delta_graph: Pregel[Any, Any, Any, Any] | None = None,
     ) -> None:
         """Async `prune`."""
         if self.backend is None:
@@ -267,7 +264,9 @@ class MaintenanceMixin(StorageMixin):
                     await adrive(flow, self.performer)
         return None
 
-    def _prune_pass(self, thread_id: str, delta_graph: DeltaGraph | None) -> Flow[Applied]:
+    def _prune_pass(
+        self, thread_id: str, delta_graph: Pregel[Any, Any, Any, Any] | None
+    ) -> Flow[Applied]:
         policy = self._policy(keep_latest_policy(delta_graph))
         return prune_pass(thread_id, self._require_backend(), policy, datetime.now(UTC))
 
@@ -284,7 +283,7 @@ class MaintenanceMixin(StorageMixin):
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
-def keep_latest_policy(delta_graph: DeltaGraph | None = None) -> RetentionPolicy:
+def keep_latest_policy(delta_graph: Pregel[Any, Any, Any, Any] | None = None) -> RetentionPolicy:
     """What `prune(strategy="keep_latest")` runs: every namespace's latest checkpoint,
     whatever its age (the call is the explicit TTL), and what the rules keep with it."""
     return RetentionPolicy(

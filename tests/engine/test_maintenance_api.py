@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import typing
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
+
+# Names the package imports only for type checking.
+from langgraph.pregel import Pregel
 from savers import open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import chat_graph, thread, turn
+
+_LOCALS = {"Pregel": Pregel, "Iterator": Iterator, "AsyncIterator": AsyncIterator}
 
 
 def test_a_policy_given_as_thread_ids_fails_at_the_call(request: pytest.FixtureRequest) -> None:
@@ -62,3 +71,36 @@ async def test_a_sync_call_on_the_loop_names_the_async_method(
         with pytest.raises(asyncio.InvalidStateError, match="acreate_retention_indexes"):
             saver.create_retention_indexes()
         await saver.acreate_retention_indexes()
+
+
+def _ours(annotation: Any) -> set[type]:
+    """The classes of this package that an annotation names, at any depth."""
+    found: set[type] = set()
+    if isinstance(annotation, type) and annotation.__module__.startswith("retaining_saver"):
+        found.add(annotation)
+        if dataclasses.is_dataclass(annotation):
+            hints = typing.get_type_hints(annotation, localns=_LOCALS)
+            for field in dataclasses.fields(annotation):
+                if not field.name.startswith("_"):
+                    found |= _ours(hints[field.name]) - {annotation}
+    for argument in typing.get_args(annotation):
+        found |= _ours(argument)
+    return found
+
+
+def test_every_type_the_public_methods_return_is_exported() -> None:
+    """Through the returned dataclasses' fields too: a report's grafts, a stat's space."""
+    import retaining_saver
+
+    returned: set[type] = set()
+    for name in dir(RetainingSaver):
+        method = getattr(RetainingSaver, name)
+        if name.startswith("_") or not callable(method):
+            continue
+        hints = typing.get_type_hints(method, localns=_LOCALS)
+        returned |= _ours(hints.get("return"))
+    missing = {t.__name__ for t in returned} - set(retaining_saver.__all__)
+    assert not missing
+    assert {"RetentionReport", "StorageStats", "Compaction", "Graft"} <= {
+        t.__name__ for t in returned
+    }
