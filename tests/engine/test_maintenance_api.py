@@ -104,3 +104,28 @@ def test_every_type_the_public_methods_return_is_exported() -> None:
     assert {"RetentionReport", "StorageStats", "Compaction", "Graft"} <= {
         t.__name__ for t in returned
     }
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+async def test_storage_stats_per_channel_and_top_threads(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with open_async(kind, request) as inner:
+        saver = RetainingSaver(inner, admission="off")
+        graph = chat_graph(saver)
+        for turns, thread_id in ((3, "long"), (1, "short")):
+            for i in range(turns):
+                await graph.ainvoke(turn(i), thread(thread_id))
+        whole = await saver.astorage_stats(channels=True, top_threads=5)
+        assert [t.thread_id for t in whole.top_threads] == ["long", "short"]
+        assert sum(t.bytes for t in whole.top_threads) == whole.bytes
+        assert whole.channels["said"].value_bytes > 0
+        assert whole.channels["said"].writes > 0
+        assert whole.space is not None or kind == "memory"
+        short = await saver.astorage_stats("short", channels=True)
+        assert short.channels["said"].values < whole.channels["said"].values
+        assert (short.top_threads, short.space == whole.space) == ((), True)
+        plain = await saver.astorage_stats("short")
+        assert plain.tables == short.tables and plain.channels == {}
+        with pytest.raises(ValueError, match="top_threads"):
+            await saver.astorage_stats("short", top_threads=1)
