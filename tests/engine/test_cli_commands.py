@@ -5,6 +5,7 @@ Each runs the CLI as a subprocess on a real store made by a real graph (see cli_
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -233,3 +234,10 @@ def test_a_reader_that_stops_early_gets_no_traceback(store: SqliteStore) -> None
 def test_progress_passes_every_item_through() -> None:
     assert list(Progress(shown=True).over(iter(range(5)), total=None)) == list(range(5))
     assert list(Progress(shown=False).over(["a"], total=1)) == ["a"]
+
+
+def test_the_readme_legend_is_the_legend() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| (.+?) \|$", readme, flags=re.M))
+    expected = {str(v): explain(v) for v in [*Reason, *Protection, "dropped", "deferred"]}
+    assert {k: rows.get(k) for k in expected} == expected
