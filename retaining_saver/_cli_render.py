@@ -57,7 +57,7 @@ def plan(doc: Doc) -> None:
     """`plan`: per thread, each checkpoint's verdict; then what it saves, and the legend."""
     for thread in doc["threads"]:
         _plan_of(thread)
-    _totals(doc, "would be after")
+    _totals(doc, "would be")
     _legend(doc)
 
 
@@ -73,7 +73,11 @@ def _plan_of(thread: Doc) -> None:
         for g in thread["grafts"]
     ]
     rows += [["keep", k["checkpoint_ns"], k["checkpoint_id"], k["protection"]] for k in keeps]
-    table(title, ["action", "namespace", "checkpoint", "why"], rows)
+    header = ["action", "namespace", "checkpoint", "why"]
+    if sys.stdout.isatty() and not any(row[1] for row in rows):
+        # Only the root namespace: a terminal's width is better spent on the ids.
+        header, rows = [header[0], *header[2:]], [[r[0], *r[2:]] for r in rows]
+    table(title, header, rows)
 
 
 def passes(doc: Doc) -> None:
@@ -91,7 +95,7 @@ def passes(doc: Doc) -> None:
     ]
     name = "prune" if doc["command"] == "prune" else "retention"
     table(f"{name} (dry run)" if doc["dry_run"] else name, header, rows)
-    _totals(doc, "would be after" if doc["dry_run"] else "after")
+    _totals(doc, "would be" if doc["dry_run"] else "after")
     _legend(doc)
 
 
@@ -114,9 +118,10 @@ def _totals(doc: Doc, after: str) -> None:
         [name, *(_figure(t[f]) for f in FIGURES), _saved(t)] for name, t in totals["tables"].items()
     ]
     rows.append(["total", *(_figure(totals[f]) for f in FIGURES), _saved(totals)])
-    header = ["table", "rows before", f"rows {after}", "bytes before", f"bytes {after}", "saved"]
+    header = ["table", "rows before", "rows after", "bytes before", "bytes after", "saved"]
     threads = totals["threads"]
-    table(f"in all, {threads} thread{'' if threads == 1 else 's'}", header, rows)
+    title = f"in all, {threads} thread{'' if threads == 1 else 's'}"
+    table(f"{title} (after: as it {after})" if after != "after" else title, header, rows)
 
 
 def _saved(figures: Mapping[str, Any]) -> str:
@@ -124,7 +129,7 @@ def _saved(figures: Mapping[str, Any]) -> str:
     if before is None or after is None:
         return "?"
     share = f" ({(before - after) / before:.0%})" if before else ""
-    return f"{before - after} bytes{share}"
+    return f"{before - after}{share}"
 
 
 def _legend(doc: Doc) -> None:
@@ -152,16 +157,24 @@ def table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> N
     """A rich table on a terminal; tab-separated lines anywhere else, for scripts."""
     if sys.stdout.isatty():
         try:
+            from rich import box
             from rich.console import Console
             from rich.table import Table
         except ImportError:
             pass
         else:
-            shown = Table(title=title)
-            for column in header:
-                shown.add_column(column)
-            for row in rows:
-                shown.add_row(*(str(cell) for cell in row))
+            lines = [list(row) for row in rows]
+            shown = Table(title=title, box=box.SIMPLE_HEAD)
+            for index, column in enumerate(header):
+                numbers = bool(lines) and all(isinstance(r[index], int) for r in lines)
+                # Names and ids are never cut (up to 36, a checkpoint id); the last column wraps.
+                last = index == len(header) - 1
+                widest = 0 if last else max((len(str(r[index])) for r in lines), default=0)
+                shown.add_column(
+                    column, justify="right" if numbers else "left", min_width=min(widest, 36)
+                )
+            for line in lines:
+                shown.add_row(*(str(cell) for cell in line))
             Console().print(shown)
             return
     print(title)

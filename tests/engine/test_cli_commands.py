@@ -90,7 +90,8 @@ def test_plan_explains_every_value_it_names(store: SqliteStore) -> None:
     assert (thread["rows_before"] - thread["rows_after"], thread["bytes_after"] > 0) == (1, True)
     text = cli("plan", store.url).out.splitlines()
     assert f"trailing-duration-leaf\t{explain(Reason.TRAILING_DURATION_LEAF)}" in text
-    assert text[text.index("in all, 1 thread") + 1].startswith("table\trows before")
+    totals = text.index("in all, 1 thread (after: as it would be)")
+    assert text[totals + 1].startswith("table\trows before\trows after")
 
 
 def test_every_reason_and_protection_has_one_line() -> None:
