@@ -5,6 +5,8 @@ Each runs the CLI as a subprocess on a real store made by a real graph (see cli_
 
 from __future__ import annotations
 
+import os
+import pty
 import re
 import sqlite3
 import subprocess
@@ -242,3 +244,33 @@ def test_the_readme_legend_is_the_legend() -> None:
     rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| (.+?) \|$", readme, flags=re.M))
     expected = {str(v): explain(v) for v in [*Reason, *Protection, "dropped", "deferred"]}
     assert {k: rows.get(k) for k in expected} == expected
+
+
+def _on_a_terminal(*args: str) -> str:
+    """What the CLI prints to a terminal (stdout and stderr both on one pseudo-terminal)."""
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [*CLI, *args], stdout=follower, stderr=follower, stdin=subprocess.DEVNULL
+    ) as ran:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert ran.wait(timeout=60) == 0
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_progress_shows_on_a_terminal_only_without_json(store: SqliteStore) -> None:
+    bar = "━"  # rich's progress bar
+    shown = _on_a_terminal("enforce", store.url)
+    assert bar in shown and "threads" in shown
+    assert bar not in _on_a_terminal("enforce", store.url, "--json")
+    piped = cli("enforce", store.url)
+    assert bar not in piped.out + piped.err
