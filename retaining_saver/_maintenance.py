@@ -230,8 +230,9 @@ class MaintenanceMixin(StorageMixin):
             TypeError: If `thread_ids` is not a collection of thread id strings.
         """
         if self.backend is None:
-            self._inner_prune(thread_ids, strategy)
-            return None
+            # Its own prune, whose answer (None, by upstream's signature) passes through.
+            answer: None = self._inner_prune(thread_ids, strategy)
+            return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
             if strategy == "delete":
@@ -251,8 +252,8 @@ class MaintenanceMixin(StorageMixin):
     ) -> None:
         """Async `prune`."""
         if self.backend is None:
-            await self._inner_aprune(thread_ids, strategy)
-            return None
+            answer: None = await self._inner_aprune(thread_ids, strategy)
+            return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
             if strategy == "delete":
