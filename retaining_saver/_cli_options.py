@@ -14,7 +14,8 @@ import re
 from datetime import timedelta
 
 from retaining_saver._cli_targets import UsageError
-from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules import Protection, RetentionPolicy
+from retaining_saver._rules._legend import doc_anchor
 
 _DURATION = re.compile(r"(?P<amount>\d+(?:\.\d+)?)(?P<unit>[dhms])")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
@@ -147,7 +148,7 @@ def policy_of(args: argparse.Namespace) -> RetentionPolicy:
     if aged and args.min_age is None:
         raise UsageError(
             f"{', '.join(aged)} deletes checkpoints a client may still hold: give --min-age "
-            "(7d, 12h, 30m; 0 for no grace period); see docs/rules.md#too-young"
+            f"(7d, 12h, 30m; 0 for no grace period); see {doc_anchor(Protection.TOO_YOUNG)}"
         )
     if args.min_age is not None and not aged:
         raise UsageError(

@@ -274,3 +274,20 @@ def test_progress_shows_on_a_terminal_only_without_json(store: SqliteStore) -> N
     assert bar not in _on_a_terminal("enforce", store.url, "--json")
     piped = cli("enforce", store.url)
     assert bar not in piped.out + piped.err
+
+
+def test_postgres_prune_with_apply_only(pg_store: PostgresStore) -> None:
+    every = pg_ids(pg_store.dsn)
+    nope = cli("prune", pg_store.url, "--thread", "nope", "--apply")
+    assert (nope.code, nope.error_line()) == (
+        1,
+        "retaining-saver: error: no checkpoints for thread 'nope'",
+    )
+    dry = cli("prune", pg_store.url, "--thread", "cli", "--json")
+    assert (dry.code, pg_ids(pg_store.dsn)) == (0, every), dry.err
+    (planned,) = dry.json()["threads"]
+    assert planned["deleted"]
+    done = cli("prune", pg_store.url, "--thread", "cli", "--apply", "--json")
+    assert done.code == 0, done.err
+    assert len(pg_ids(pg_store.dsn)) == len(every) - len(planned["deleted"])
+    assert _tables_after(done.json()) == _tables_after(dry.json())
