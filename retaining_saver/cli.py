@@ -225,6 +225,9 @@ def _compact_options(sub: argparse.ArgumentParser) -> None:
     add_apply(sub, "vacuum")
 
 
+# A command from another module: build its `Command` there (its options, a `run` filling
+# the document, a renderer from `_cli_render` or its own) and list it here, or import that
+# module at the end of this one and call `register` in it.
 for _command in (
     Command(
         "stats",
