@@ -43,12 +43,19 @@ SELECT_THREAD_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="WHERE threa
 
 SELECT_STORE_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="")
 
-# Keyset pages of payloads: (thread, ns, id) past the last row of the previous page.
-SELECT_PAYLOAD_PAGE_SQL = """
+# Keyset pages of payloads: past the last row of the previous page, in primary key order.
+SELECT_THREAD_PAYLOAD_PAGE_SQL = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
-WHERE (?1 IS NULL OR thread_id = ?1) AND (thread_id, checkpoint_ns, checkpoint_id) > (?2, ?3, ?4)
+WHERE thread_id = ?1 AND (checkpoint_ns, checkpoint_id) > (?2, ?3)
+ORDER BY checkpoint_ns, checkpoint_id
+LIMIT ?4
+"""
+
+SELECT_STORE_PAYLOAD_PAGE_SQL = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
+WHERE (thread_id, checkpoint_ns, checkpoint_id) > (?1, ?2, ?3)
 ORDER BY thread_id, checkpoint_ns, checkpoint_id
-LIMIT ?5
+LIMIT ?4
 """
 
 SELECT_TOP_THREADS_SQL = """
@@ -78,12 +85,7 @@ class SqliteStats(SqlBackend):
 
     def channel_stats(self, thread_id: str | None) -> Op[dict[str, ChannelStats]]:
         found: dict[str, ChannelStats] = {}
-        after: tuple[str, str, str] = ("", "", "")
-        while page := (yield Statement(SELECT_PAYLOAD_PAGE_SQL, (thread_id, *after, PAYLOAD_PAGE))):
-            for row in page:
-                self._count_values(row, found)
-            last = page[-1]
-            after = (last["thread_id"], last["checkpoint_ns"], last["checkpoint_id"])
+        yield from self._count_payloads(thread_id, found)
         if thread_id is None:
             writes = yield Statement(SELECT_STORE_CHANNEL_WRITES_SQL)
         else:
@@ -92,6 +94,20 @@ class SqliteStats(SqlBackend):
             more = ChannelStats(writes=row["row_count"], write_bytes=row["byte_count"])
             found[row["channel"]] = found.get(row["channel"], ChannelStats()) + more
         return dict(sorted(found.items()))
+
+    def _count_payloads(self, thread_id: str | None, found: dict[str, ChannelStats]) -> Op[None]:
+        """Count the values of every checkpoint of the thread (the store) into `found`, a
+        page of payloads at a time, so that memory holds one page."""
+        # The key columns past which the next page starts; a thread's are within it.
+        key: tuple[str, ...] = ("thread_id", "checkpoint_ns", "checkpoint_id")
+        sql, prefix = SELECT_STORE_PAYLOAD_PAGE_SQL, tuple[str, ...]()
+        if thread_id is not None:
+            key, sql, prefix = key[1:], SELECT_THREAD_PAYLOAD_PAGE_SQL, (str(thread_id),)
+        after = ("",) * len(key)
+        while page := (yield Statement(sql, (*prefix, *after, PAYLOAD_PAGE))):
+            for row in page:
+                self._count_values(row, found)
+            after = tuple(page[-1][k] for k in key)
 
     def _count_values(self, row: Row, found: dict[str, ChannelStats]) -> None:
         serde = self.saver.serde

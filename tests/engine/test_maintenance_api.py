@@ -129,3 +129,21 @@ async def test_storage_stats_per_channel_and_top_threads(
         assert plain.tables == short.tables and plain.channels == {}
         with pytest.raises(ValueError, match="top_threads"):
             await saver.astorage_stats("short", top_threads=1)
+
+
+def test_sqlite_channels_count_the_same_a_page_at_a_time(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from retaining_saver.backends import _sqlite_stats
+
+    with open_sync("sqlite", request) as inner:
+        saver = RetainingSaver(inner, admission="off")
+        graph = chat_graph(saver)
+        for thread_id in ("a", "b", "c"):
+            for i in range(2):
+                graph.invoke(turn(i), thread(thread_id))
+        whole, one = saver.storage_stats(channels=True), saver.storage_stats("b", channels=True)
+        monkeypatch.setattr(_sqlite_stats, "PAYLOAD_PAGE", 2)
+        assert saver.storage_stats(channels=True) == whole
+        assert saver.storage_stats("b", channels=True) == one
+        assert whole.channels["said"].values == 3 * one.channels["said"].values
