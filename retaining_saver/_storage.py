@@ -37,7 +37,7 @@ class StorageMixin:
             channels: Also measure, per channel, its stored values and writes
                 (`StorageStats.channels`): which channel's values take the space.
                 On SQLite this decodes every checkpoint measured, a page at a time.
-            top_threads: For the whole store, also the this many threads holding
+            top_threads: For the whole store, also this many of the threads holding
                 the most bytes (`StorageStats.top_threads`), aggregated in the
                 store without loading any thread.
 
