@@ -12,22 +12,35 @@ from retaining_saver._errors import (
 )
 from retaining_saver._rules import (
     CheckpointNode,
+    Graft,
     Protection,
     Reason,
     RetentionPolicy,
+    Root,
     Skip,
     is_duration_marker,
 )
+from retaining_saver._rules._legend import explain
 from retaining_saver._saver import RetainingSaver
-from retaining_saver.backends._base import StorageStats, TableStats
+from retaining_saver.backends._sqlite_compaction import Compaction
+from retaining_saver.backends._stats import (
+    ChannelStats,
+    SpaceStats,
+    StorageStats,
+    TableStats,
+    ThreadStats,
+)
 
 __all__ = [
     "AdmissionCounters",
     "AdmissionResult",
+    "ChannelStats",
     "CheckpointNode",
     "CheckpointNotFoundError",
     "CleanupPermissionError",
+    "Compaction",
     "DeltaHistoryCache",
+    "Graft",
     "HistoryCache",
     "Protection",
     "Reason",
@@ -36,10 +49,14 @@ __all__ = [
     "RetainingSaverError",
     "RetentionPolicy",
     "RetentionReport",
+    "Root",
     "Skip",
+    "SpaceStats",
     "StorageStats",
     "TableStats",
+    "ThreadStats",
     "UnsupportedSaverError",
+    "explain",
     "is_duration_marker",
 ]
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ import re
 import sqlite3
 import sys
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, unquote
@@ -107,13 +107,19 @@ def masked(value: Any, redact: Redactor) -> Any:
     return value
 
 
-def print_document(doc: Doc, *, as_json: bool, redact: Redactor) -> None:
+Render = Callable[[Doc], None]
+"""Prints a command's (masked) document as tables."""
+
+
+def print_document(doc: Doc, *, as_json: bool, redact: Redactor, render: Render) -> None:
     """Print `doc`, masked: one JSON document, or its tables and closing message."""
     shown = masked(doc, redact)
     if as_json:
         print(json.dumps(shown, indent=2))
-    else:
-        _render(shown)
+        return
+    render(shown)
+    if "message" in shown:
+        print(shown["message"])
 
 
 class _MaskedLogLine(logging.Handler):
@@ -146,7 +152,11 @@ def masked_logs(redact: Redactor) -> Iterator[None]:
 
 
 def report_failure(
-    error: BaseException, doc: Doc, arguments: Sequence[str], redact: Redactor
+    error: BaseException,
+    doc: Doc,
+    arguments: Sequence[str],
+    redact: Redactor,
+    render: Render | None = None,
 ) -> int:
     """Report `error` as one masked line on stderr, and as JSON on stdout with --json.
 
@@ -162,8 +172,8 @@ def report_failure(
     done = masked(doc, redact) if doc.get("threads") else None
     if "--json" in arguments:
         print(json.dumps({"error": message} | ({"partial": done} if done else {})))
-    elif done:
-        _render(done)
+    elif done and render is not None:
+        render(done)
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return error.exit_code if isinstance(error, CliError) else 1
 
@@ -184,88 +194,3 @@ def _describe(error: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-# Rendering, from an already masked document.
-
-
-def _render(doc: Doc) -> None:
-    command = doc["command"]
-    if command == "stats":
-        title = "whole store" if doc["thread_id"] is None else f"thread {doc['thread_id']}"
-        rows = [[name, t["rows"], t["bytes"]] for name, t in doc["tables"].items()]
-        _table(title, ["table", "rows", "bytes"], rows)
-    elif command == "plan":
-        for thread in doc["threads"]:
-            _render_plan(thread)
-    elif command == "enforce":
-        _render_passes(doc)
-    elif command == "compact":
-        _render_compaction(doc)
-    if "message" in doc:
-        print(doc["message"])
-
-
-def _render_plan(thread: Doc) -> None:
-    deletes, keeps = thread["delete"], thread["keep"]
-    title = f"plan for thread {thread['thread_id']}: {len(deletes)} to delete, {len(keeps)} to keep"
-    rows = [["delete", d["checkpoint_ns"], d["checkpoint_id"], d["reason"]] for d in deletes]
-    rows += [
-        ["re-parent", g["checkpoint_ns"], g["checkpoint_id"], f"onto {g['new_parent_id']}"]
-        for g in thread["grafts"]
-    ]
-    rows += [["keep", k["checkpoint_ns"], k["checkpoint_id"], k["protection"]] for k in keeps]
-    _table(title, ["action", "namespace", "checkpoint", "why"], rows)
-
-
-# After a pass, the statistics may be unknown (None): its deletions committed, the read failed.
-_PASS_COLUMNS = ("rows_before", "rows_after", "bytes_before", "bytes_after")
-
-
-def _render_passes(doc: Doc) -> None:
-    header = [
-        "thread",
-        "deleted",
-        "deferred",
-        "kept",
-        *(c.replace("_", " ") for c in _PASS_COLUMNS),
-    ]
-    rows = [
-        [
-            t["thread_id"],
-            len(t["deleted"]),
-            len(t["deferred"]),
-            t["kept"],
-            *("?" if t[c] is None else t[c] for c in _PASS_COLUMNS),
-        ]
-        for t in doc["threads"]
-    ]
-    _table("retention (dry run)" if doc["dry_run"] else "retention", header, rows)
-
-
-def _render_compaction(doc: Doc) -> None:
-    verdict = "ran" if doc["ran"] else "would run" if doc["would_run"] else "not needed"
-    after = doc.get("after", {})
-    rows = [[name, value, after.get(name, "")] for name, value in doc["before"].items()]
-    _table(f"compaction ({verdict})", ["measure", "before", "after"], rows)
-
-
-def _table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """A rich table on a terminal; tab-separated lines anywhere else, for scripts."""
-    if sys.stdout.isatty():
-        try:
-            from rich.console import Console
-            from rich.table import Table
-        except ImportError:
-            pass
-        else:
-            table = Table(title=title)
-            for column in header:
-                table.add_column(column)
-            for row in rows:
-                table.add_row(*(str(cell) for cell in row))
-            Console().print(table)
-            return
-    print(title)
-    for row in [header, *rows]:
-        print("\t".join(str(cell) for cell in row))

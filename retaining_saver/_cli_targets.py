@@ -124,7 +124,7 @@ def open_store(target: Target, *, writable: bool) -> Iterator[Store]:
 def _sqlite_store(path: str, writable: bool) -> Iterator[Store]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = _connect_sqlite(path, writable)
+    conn, unchanged = _connect_sqlite(path, writable)
     try:
         write_columns = _sqlite_write_columns(conn, path)
         inner = SqliteSaver(conn)
@@ -135,20 +135,59 @@ def _sqlite_store(path: str, writable: bool) -> Iterator[Store]:
         yield Store(RetainingSaver(inner, admission="off", strict=True), conn)
     finally:
         conn.close()
+    if unchanged is not None and _file_state(path) != unchanged:
+        raise CliError(
+            f"{path} changed while it was read (an application checkpointed it): run again"
+        )
 
 
-def _connect_sqlite(path: str, writable: bool) -> sqlite3.Connection:
-    """A connection that can neither create the file nor, unless `writable`, change it."""
+def _connect_sqlite(path: str, writable: bool) -> tuple[sqlite3.Connection, FileState | None]:
+    """A connection that can neither create the file nor, unless `writable`, change it.
+
+    A reader of a WAL-mode database creates `-wal` and `-shm` files beside it,
+    and leaves them, unless it opens the file as immutable. That is right only
+    while no writer has the database open, which a WAL-mode writer shows by its
+    `-wal` file: with none there, the file is opened immutable and its size and
+    time are compared afterwards (a writer that started meanwhile and wrote to
+    the main file fails the command); with one there, as a plain reader.
+
+    Returns:
+        The connection, and the file's state to compare afterwards (None where
+        SQLite's locking guards the reads).
+    """
     if not os.path.exists(path):
         raise CliError(f"no such SQLite file: {path}")
     if not os.path.isfile(path):
         raise CliError(f"not a SQLite file: {path} is a directory or device")
-    mode = "rw" if writable else "ro"
+    mode, unchanged = "rw", None
+    if not writable:
+        mode = "ro"
+        if _wal_mode(path) and not os.path.exists(f"{path}-wal"):
+            mode, unchanged = "ro&immutable=1", _file_state(path)
     uri = f"file:{quote(os.path.abspath(path))}?mode={mode}"
     try:
-        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+        return sqlite3.connect(uri, uri=True, check_same_thread=False), unchanged
     except sqlite3.Error as error:
         raise CliError(f"cannot open SQLite file {path}: {error}") from error
+
+
+FileState = tuple[int, int]
+"""A file's size and modification time in nanoseconds."""
+
+
+def _file_state(path: str) -> FileState:
+    found = os.stat(path)
+    return found.st_size, found.st_mtime_ns
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _wal_mode(path: str) -> bool:
+    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
+    with open(path, "rb") as file:
+        header = file.read(20)
+    return header.startswith(_SQLITE_HEADER) and header[18:20] == b"\x02\x02"
 
 
 def _sqlite_write_columns(conn: sqlite3.Connection, path: str) -> set[str]:

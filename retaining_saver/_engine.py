@@ -28,7 +28,8 @@ from retaining_saver._rules import (
 )
 from retaining_saver.backends import _upstream
 from retaining_saver.backends._apply import Applied, PlanChanged
-from retaining_saver.backends._base import Backend, StorageStats
+from retaining_saver.backends._base import Backend
+from retaining_saver.backends._stats import StorageStats, TableStats
 
 logger = logging.getLogger("retaining_saver")
 
@@ -51,8 +52,9 @@ class RetentionReport:
             its id keeps resolving there for `reclaimed_id_ttl`.
         freed_blobs: Blob keys deleted (or, in a dry run, that would be).
         before: Storage statistics before the pass.
-        after: Storage statistics after it (equal to `before` in a dry run; None if
-            reading them failed after the deletions were committed).
+        after: Storage statistics after it; in a dry run, what they would be: `before`
+            less the rows the plan deletes (values it would store whole not counted).
+            None if reading them failed after the deletions were committed.
         roots: Checkpoints made roots (parent None) because the history horizon
             removed every ancestor they had.
         materialised: Checkpoints at which DeltaChannel values were stored whole
@@ -95,6 +97,8 @@ def retention_pass(
         materialised=[(m.checkpoint_ns, m.checkpoint_id) for m in plan.materialise],
     )
     after: StorageStats | None = before
+    if dry_run and plan.deletions:
+        after = yield from _would_be_after(thread_id, backend, plan, before)
     if not dry_run and not plan.empty:
         applied = yield from _carry_out(thread_id, backend, policy, plan)
         try:
@@ -125,6 +129,19 @@ def retention_pass(
         roots=tuple(applied.rooted),
         materialised=tuple(applied.materialised),
     )
+
+
+def _would_be_after(
+    thread_id: str, backend: Backend, plan: Plan, before: StorageStats
+) -> Flow[StorageStats]:
+    """`before` less the rows the plan deletes: its checkpoints with their writes, and
+    the blobs it frees. Values it would store whole (`Plan.materialise`) are not counted."""
+    deleted = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    blobs = list(plan.freed_blobs) if backend.stores_blobs else []
+    gone: dict[str, TableStats] = yield Run(
+        backend.gone_stats(thread_id, deleted, blobs), Mode.READ
+    )
+    return before.without(gone)
 
 
 def prune_pass(

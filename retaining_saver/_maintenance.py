@@ -6,20 +6,24 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Performer, adrive, drive
 from retaining_saver._engine import RetentionReport, prune_pass, retention_pass
-from retaining_saver._errors import CleanupPermissionError, UnsupportedSaverError
+from retaining_saver._errors import CleanupPermissionError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._storage import StorageMixin
 from retaining_saver.backends._apply import Applied
-from retaining_saver.backends._base import Backend, StorageStats
+from retaining_saver.backends._base import Backend
+
+if TYPE_CHECKING:
+    from langgraph.pregel import Pregel
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(StorageMixin):
     """Engine entrypoints; every one refuses an unsupported saver before any read."""
 
     backend: Backend | None
@@ -33,14 +37,6 @@ class MaintenanceMixin:
     policy: RetentionPolicy
     locks: ThreadLocks
     reclaimed: ReclaimedIds
-
-    def _nul_ok(self) -> bool:
-        return self.backend is None or self.backend.holds_nul
-
-    def _require_backend(self) -> Backend:
-        if self.backend is None:
-            raise UnsupportedSaverError(type(self.performer.inner))
-        return self.backend
 
     def _policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         if policy is None:
@@ -126,23 +122,62 @@ class MaintenanceMixin:
         dry_run: bool = False,
         page_size: int = 100,
     ) -> Iterator[RetentionReport]:
-        """Yield a report per thread: the given ones, or every thread, a page at a time.
+        """A report per thread: the given ones, or every thread, a page at a time.
 
-        Memory stays bounded by `page_size` ids and one thread's lineage.
+        The arguments are checked at the call; the passes run as the returned
+        iterator is consumed, one thread per report, so a call that is never
+        iterated deletes nothing (`list(saver.enforce_retention())` runs them
+        all). Memory stays bounded by `page_size` ids and one thread's lineage.
+
+        Raises:
+            TypeError: If `thread_ids` is not an iterable of thread ids (a
+                `RetentionPolicy` given positionally, say) or `policy` is not a
+                `RetentionPolicy`.
+            ValueError: If `page_size` is not a positive int.
+            UnsupportedSaverError: If the wrapped saver is not supported.
         """
+        ids = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size)
+        return self._enforce_each(ids, policy, dry_run, page_size)
+
+    def _checked_pass_arguments(
+        self,
+        thread_ids: Iterable[str] | None,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        page_size: int,
+    ) -> Iterable[str] | None:
+        """`thread_ids` checked (each id as it is used), with everything else the passes
+        take checked now, at the call, not when the first report is asked for."""
         self._require_backend()
-        thread_ids = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+        chosen: Any = thread_ids
+        validate.require(
+            not isinstance(chosen, RetentionPolicy),
+            TypeError,
+            "thread_ids is a RetentionPolicy: pass it as policy=..., after the thread ids "
+            "(None for every thread)",
+        )
+        self._policy(policy)
+        validate.flag("dry_run", dry_run)
+        _check_page_size(page_size)
+        return validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+
+    def _enforce_each(
+        self,
+        thread_ids: Iterable[str] | None,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        page_size: int,
+    ) -> Iterator[RetentionReport]:
         for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
             yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
-        _check_page_size(page_size)
         backend, after = self._require_backend(), None
         while page := backend.read(backend.thread_ids(after, page_size)):
             yield from page
             after = page[-1]
 
-    async def aenforce_retention(
+    def aenforce_retention(
         self,
         thread_ids: Iterable[str] | None = None,
         policy: RetentionPolicy | None = None,
@@ -150,23 +185,35 @@ class MaintenanceMixin:
         dry_run: bool = False,
         page_size: int = 100,
     ) -> AsyncIterator[RetentionReport]:
-        """Async `enforce_retention`."""
-        backend = self._require_backend()
-        thread_ids = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+        """Async `enforce_retention`: checked at the call, run as it is iterated
+        (`async for report in saver.aenforce_retention(): ...`)."""
+        ids = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size)
+        return self._aenforce_each(ids, policy, dry_run, page_size)
+
+    async def _aenforce_each(
+        self,
+        thread_ids: Iterable[str] | None,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        page_size: int,
+    ) -> AsyncIterator[RetentionReport]:
         if thread_ids is not None:
             for thread_id in thread_ids:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             return
-        _check_page_size(page_size)
-        after: str | None = None
+        backend, after = self._require_backend(), None
         while page := await backend.aread(backend.thread_ids(after, page_size)):
             for thread_id in page:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             after = page[-1]
 
     def prune(
-        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", delta_graph: Any = None
-    ) -> Any:
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        delta_graph: Pregel[Any, Any, Any, Any] | None = None,
+    ) -> None:
         """Prune the given threads: `"keep_latest"` keeps only the latest checkpoint of
         each namespace, `"delete"` deletes the threads, as upstream's `prune` means.
 
@@ -183,7 +230,9 @@ class MaintenanceMixin:
             TypeError: If `thread_ids` is not a collection of thread id strings.
         """
         if self.backend is None:
-            return self._inner_prune(thread_ids, strategy)  # what it answers, as bare
+            # Its own prune, whose answer (None, by upstream's signature) passes through.
+            answer: None = self._inner_prune(thread_ids, strategy)
+            return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
             if strategy == "delete":
@@ -195,11 +244,16 @@ class MaintenanceMixin:
         return None
 
     async def aprune(
-        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", delta_graph: Any = None
-    ) -> Any:
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        delta_graph: Pregel[Any, Any, Any, Any] | None = None,
+    ) -> None:
         """Async `prune`."""
         if self.backend is None:
-            return await self._inner_aprune(thread_ids, strategy)
+            answer: None = await self._inner_aprune(thread_ids, strategy)
+            return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
             if strategy == "delete":
@@ -211,8 +265,10 @@ class MaintenanceMixin:
                     await adrive(flow, self.performer)
         return None
 
-    def _prune_pass(self, thread_id: str, delta_graph: Any) -> Flow[Applied]:
-        policy = self._policy(_keep_latest(delta_graph))
+    def _prune_pass(
+        self, thread_id: str, delta_graph: Pregel[Any, Any, Any, Any] | None
+    ) -> Flow[Applied]:
+        policy = self._policy(keep_latest_policy(delta_graph))
         return prune_pass(thread_id, self._require_backend(), policy, datetime.now(UTC))
 
     def _prune_ids(self, thread_ids: Sequence[str], strategy: str) -> list[str]:
@@ -224,56 +280,11 @@ class MaintenanceMixin:
         found = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
         return list(found or ())
 
-    def storage_stats(self, thread_id: str | None = None) -> StorageStats:
-        """Rows and bytes per table for one thread, or for the whole store."""
-        validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        backend = self._require_backend()
-        return backend.read(backend.stats(thread_id))
-
-    def create_retention_indexes(self) -> None:
-        """Postgres: index `checkpoints` by parent, so admission's child check stays flat.
-
-        Run once, like the saver's own `setup()`; it builds the index
-        concurrently, so the saver needs an autocommit connection (as
-        `from_conn_string` gives). SQLite gets the same index on first use;
-        memory needs none.
-        """
-        create = getattr(self._require_backend(), "create_indexes", None)
-        if create is not None:
-            create()
-
-    async def acreate_retention_indexes(self) -> None:
-        """Async `create_retention_indexes`."""
-        create = getattr(self._require_backend(), "acreate_indexes", None)
-        if create is not None:
-            await create()
-
-    def compact_storage(self, min_free_ratio: float = 0.25) -> Any:
-        """SQLite only: give the file's free pages back once `min_free_ratio` of it is free.
-
-        Deleting rows never shrinks a SQLite file; this checkpoints the WAL and
-        runs `VACUUM`. Returns a `Compaction` with pages and bytes before and after.
-
-        Raises:
-            TypeError: If the wrapped saver is not a SQLite saver.
-        """
-        return _compactor(self._require_backend()).compact(min_free_ratio)
-
-    async def acompact_storage(self, min_free_ratio: float = 0.25) -> Any:
-        """Async `compact_storage`."""
-        return await _compactor(self._require_backend()).acompact(min_free_ratio)
-
-    async def astorage_stats(self, thread_id: str | None = None) -> StorageStats:
-        """Async `storage_stats`."""
-        validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        backend = self._require_backend()
-        return await backend.aread(backend.stats(thread_id))
-
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
-def _keep_latest(delta_graph: Any) -> RetentionPolicy:
+def keep_latest_policy(delta_graph: Pregel[Any, Any, Any, Any] | None = None) -> RetentionPolicy:
     """What `prune(strategy="keep_latest")` runs: every namespace's latest checkpoint,
     whatever its age (the call is the explicit TTL), and what the rules keep with it."""
     return RetentionPolicy(
@@ -282,13 +293,6 @@ def _keep_latest(delta_graph: Any) -> RetentionPolicy:
         history_min_age=timedelta(0),
         delta_graph=delta_graph,
     )
-
-
-def _compactor(backend: Backend) -> Any:
-    compact = getattr(backend, "compact", None)
-    if compact is None:
-        raise TypeError(f"compaction is for SQLite savers; this one stores in {backend.kind}")
-    return backend
 
 
 def _check_page_size(page_size: int) -> None:

@@ -20,9 +20,9 @@ StepPredicate = Callable[[CheckpointNode], bool]
 """Whether step compaction must keep a super-step checkpoint an app still needs."""
 
 _TTL_REQUIRED = (
-    "{name} deletes checkpoints a client may still hold as explicit resume targets, so "
-    "they expire only under a TTL you give: pass history_min_age=timedelta(...) "
-    "(timedelta(0) for no grace period); see docs/rules.md#too-young"
+    "{name} deletes checkpoints a client may still hold as explicit resume targets, so they "
+    "expire only with an explicit TTL: pass history_min_age=timedelta(...) (timedelta(0) for "
+    "no grace period); see docs/rules.md#too-young"
 )
 
 

@@ -5,7 +5,9 @@ thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
 leaves, and what a step proved), `_plan` (a thread's plan), `_history`
 (the history rules), `_reads` (what a checkpoint they keep reads from its
 ancestors) and `_runs` (the runs, steps, DeltaChannel walks and subgraph
-namespaces those rules read). This page is their table of contents.
+namespaces those rules read). `_legend` holds one line per reason and
+protection (`explain`), which the command line's legend and `docs/rules.md`
+(anchored by value) use. This page is their table of contents.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,

@@ -36,34 +36,17 @@ from retaining_saver.backends._apply import (
     RowKey,
     apply_plan,
 )
+from retaining_saver.backends._stats import (
+    ChannelStats,
+    SpaceStats,
+    StorageStats,
+    TableStats,
+    ThreadStats,
+)
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]
 """An operation: yields statements, receives their results, returns a T."""
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """Rows and bytes one thread holds in one table."""
-
-    rows: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class StorageStats:
-    """Per-table rows and bytes of one thread (all threads when thread_id is None)."""
-
-    thread_id: str | None
-    tables: dict[str, TableStats]
-
-    @property
-    def rows(self) -> int:
-        return sum(t.rows for t in self.tables.values())
-
-    @property
-    def bytes(self) -> int:
-        return sum(t.bytes for t in self.tables.values())
 
 
 @dataclass(frozen=True)
@@ -299,6 +282,26 @@ class Backend(ABC):
         """Rows and bytes per table for the thread, or for the whole store."""
 
     @abstractmethod
+    def gone_stats(
+        self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
+    ) -> Op[dict[str, TableStats]]:
+        """Per table, the rows and bytes of the named checkpoints (with their writes) and
+        blobs: what deleting them frees. A read."""
+
+    @abstractmethod
+    def channel_stats(self, thread_id: str | None) -> Op[dict[str, ChannelStats]]:
+        """Per channel, its stored values and writes, for the thread or the whole store."""
+
+    @abstractmethod
+    def top_threads(self, limit: int) -> Op[list[ThreadStats]]:
+        """The `limit` threads holding the most bytes, most first, aggregated in the store."""
+
+    def space(self) -> Op[SpaceStats | None]:
+        """The whole store's space on disk; None where it has none (memory)."""
+        yield from ()
+        return None
+
+    @abstractmethod
     def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
         """Up to `limit` thread ids greater than `after`, in order."""
 
@@ -384,9 +387,15 @@ async def adrive_statements(op: Op[T], execute: Callable[[Any], Awaitable[Any]])
 
 
 def on_saver_loop(
-    loop: asyncio.AbstractEventLoop, what: str, make: Callable[[], Coroutine[Any, Any, T]]
+    loop: asyncio.AbstractEventLoop, what: str | None, make: Callable[[], Coroutine[Any, Any, T]]
 ) -> T:
     """Run `make()` on an async saver's loop from another thread, as its sync methods do.
+
+    Args:
+        loop: The async saver's event loop.
+        what: The public method called (`create_retention_indexes`), whose async twin
+            the error names; None where the backend cannot tell which one it serves.
+        make: The coroutine to run there.
 
     Raises:
         asyncio.InvalidStateError: If called from that loop's own thread, where
@@ -397,8 +406,9 @@ def on_saver_loop(
     except RuntimeError:
         running = None
     if running is loop:
+        twin = f"`await saver.a{what}(...)`" if what else "its async twin (`await saver.a...`)"
         raise asyncio.InvalidStateError(
-            f"synchronous {what}() on an async saver is only allowed from a thread other "
-            f"than the saver's event loop; use `await ...a{what}(...)`"
+            f"a synchronous {what or 'maintenance'}() call on an async saver is only allowed "
+            f"from a thread other than the saver's event loop; use {twin}"
         )
     return asyncio.run_coroutine_threadsafe(make(), loop).result()

@@ -19,8 +19,9 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from retaining_saver._rules import CheckpointNode, Lineage
-from retaining_saver.backends._base import Integrity, Op, StorageStats, TableStats
+from retaining_saver.backends._base import Integrity, Op
 from retaining_saver.backends._head_reader import HeadReader
+from retaining_saver.backends._stats import StorageStats, TableStats
 
 Row = dict[str, Any]
 

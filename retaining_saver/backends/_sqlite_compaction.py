@@ -27,6 +27,26 @@ VACUUM_SQL = "VACUUM"
 
 
 @dataclass(frozen=True, slots=True)
+class Pages:
+    """A SQLite database's pages, as `compaction` decides by them."""
+
+    pages: int
+    free_pages: int
+    page_size: int
+    file_bytes: int
+    """The main database file plus its `-wal` file, or `pages * page_size` with no file."""
+
+    @property
+    def free_ratio(self) -> float:
+        """The share of the database's pages on the freelist."""
+        return self.free_pages / self.pages if self.pages else 0.0
+
+    def worth_vacuum(self, min_free_ratio: float) -> bool:
+        """Whether some page is free and at least `min_free_ratio` of them are."""
+        return self.free_pages > 0 and self.free_ratio >= min_free_ratio
+
+
+@dataclass(frozen=True, slots=True)
 class Compaction:
     """What one `compact` call found and did.
 
@@ -41,6 +61,12 @@ class Compaction:
     free_pages_after: int
     file_bytes_before: int
     file_bytes_after: int
+    page_size: int = 0
+
+    @property
+    def free_ratio_before(self) -> float:
+        """The share of the file's pages that was free before."""
+        return self.free_pages_before / self.pages_before if self.pages_before else 0.0
 
 
 def check_ratio(min_free_ratio: float) -> None:
@@ -51,27 +77,36 @@ def check_ratio(min_free_ratio: float) -> None:
         raise ValueError(f"min_free_ratio must be within [0, 1], got {min_free_ratio}")
 
 
+def measure() -> Op[Pages]:
+    """The database's pages, free pages, page size and bytes on disk; reads only."""
+    row = (yield Statement(SELECT_PAGES_SQL))[0]
+    return Pages(
+        pages=int(row["page_count"]),
+        free_pages=int(row["freelist_count"]),
+        page_size=int(row["page_size"]),
+        file_bytes=_file_bytes(row),
+    )
+
+
 def compaction(min_free_ratio: float) -> Op[Compaction]:
     """Measure the freelist; when it is large enough, vacuum and measure again."""
-    before = (yield Statement(SELECT_PAGES_SQL))[0]
-    bytes_before = _file_bytes(before)
-    pages, free = int(before["page_count"]), int(before["freelist_count"])
-    after, bytes_after = before, bytes_before
-    ran = free > 0 and free / pages >= min_free_ratio
+    before = yield from measure()
+    after = before
+    ran = before.worth_vacuum(min_free_ratio)
     if ran:
         yield Statement(WAL_CHECKPOINT_SQL)
         yield Statement(VACUUM_SQL)
         yield Statement(WAL_CHECKPOINT_SQL)
-        after = (yield Statement(SELECT_PAGES_SQL))[0]
-        bytes_after = _file_bytes(after)
+        after = yield from measure()
     return Compaction(
         ran=ran,
-        pages_before=pages,
-        pages_after=int(after["page_count"]),
-        free_pages_before=free,
-        free_pages_after=int(after["freelist_count"]),
-        file_bytes_before=bytes_before,
-        file_bytes_after=bytes_after,
+        pages_before=before.pages,
+        pages_after=after.pages,
+        free_pages_before=before.free_pages,
+        free_pages_after=after.free_pages,
+        file_bytes_before=before.file_bytes,
+        file_bytes_after=after.file_bytes,
+        page_size=before.page_size,
     )
 
 

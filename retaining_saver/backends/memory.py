@@ -22,15 +22,13 @@ from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, values_hold
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
-    Backend,
     Integrity,
     Op,
-    StorageStats,
     T,
-    TableStats,
     drive_statements,
 )
 from retaining_saver.backends._head_reader import tuple_configs
+from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot
 
 Statement = Callable[[], Any]
@@ -75,7 +73,7 @@ def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
     return checkpoint_id in map(itemgetter(2), rows.values())
 
 
-class MemoryBackend(Backend):
+class MemoryBackend(MemoryStats):
     """Backend over an `InMemorySaver`'s three dicts."""
 
     kind = "memory"
@@ -367,32 +365,6 @@ class MemoryBackend(Backend):
 
         freed: list[BlobKey] = yield statement
         return freed
-
-    def stats(self, thread_id: str | None) -> Op[StorageStats]:
-        stats: StorageStats = yield lambda: self._stats(thread_id)
-        return stats
-
-    def _stats(self, thread_id: str | None) -> StorageStats:
-        def mine(key: Any) -> bool:
-            return thread_id is None or key[0] == thread_id
-
-        threads = [thread_id] if thread_id is not None else list(self.saver.storage)
-        rows = [
-            row
-            for t in threads
-            for ns_rows in self._namespaces(t).values()
-            for row in ns_rows.values()
-        ]
-        writes = [w for k, ws in self.saver.writes.items() if mine(k) for w in ws.values()]
-        blobs = [b for k, b in self.saver.blobs.items() if mine(k)]
-        return StorageStats(
-            thread_id,
-            {
-                "storage": TableStats(len(rows), sum(len(r[0][1]) + len(r[1][1]) for r in rows)),
-                "writes": TableStats(len(writes), sum(len(w[2][1]) for w in writes)),
-                "blobs": TableStats(len(blobs), sum(len(b[1]) for b in blobs)),
-            },
-        )
 
     def integrity(self, thread_id: str) -> Op[Integrity]:
         def statement() -> Integrity:

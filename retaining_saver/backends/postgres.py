@@ -56,6 +56,7 @@ from retaining_saver.backends._base import (
 )
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
+from retaining_saver.backends._postgres_stats import PostgresStats
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 
 # `v` as text: psycopg would decode a JSONB column with a `json.loads` per row.
@@ -254,7 +255,7 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
-class PostgresBackend(PostgresAdmission, PostgresPlans):
+class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
@@ -311,7 +312,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans):
     def _run(self, op: Op[T], *, each: bool) -> T:
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
-            return on_saver_loop(saver.loop, "run", lambda: self._arun(op, each=each))
+            return on_saver_loop(saver.loop, None, lambda: self._arun(op, each=each))
         with saver._cursor() as cur:
             if saver.pipe:
                 # The transaction must not take in what the pipeline queued before it.
@@ -338,7 +339,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans):
         autocommit connection."""
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
-            on_saver_loop(saver.loop, "create_indexes", self.acreate_indexes)
+            on_saver_loop(saver.loop, "create_retention_indexes", self.acreate_indexes)
             return
         with saver._cursor() as cur:
             cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)

@@ -52,6 +52,7 @@ from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loo
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
+from retaining_saver.backends._sqlite_stats import SqliteStats
 
 logger = logging.getLogger("retaining_saver")
 
@@ -293,7 +294,7 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission):
+class SqliteBackend(SqliteAdmission, SqliteStats):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -334,7 +335,7 @@ class SqliteBackend(SqliteAdmission):
         """`body(connection, op)` under the saver's lock, once it is set up."""
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
-            return on_saver_loop(saver.loop, name, lambda: self._acall(name, body, op))
+            return on_saver_loop(saver.loop, None, lambda: self._acall(name, body, op))
         with saver.lock:
             saver.setup()
             return body(saver.conn, op)
@@ -390,7 +391,9 @@ class SqliteBackend(SqliteAdmission):
         check_ratio(min_free_ratio)
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
-            return on_saver_loop(saver.loop, "compact", lambda: self.acompact(min_free_ratio))
+            return on_saver_loop(
+                saver.loop, "compact_storage", lambda: self.acompact(min_free_ratio)
+            )
         with saver.lock:
             saver.setup()
             return drive_statements(compaction(min_free_ratio), partial(_execute, saver.conn))

@@ -370,7 +370,7 @@ async def test_async_savers_run_the_history_rules(
 
 
 def test_history_rules_need_an_explicit_ttl() -> None:
-    with pytest.raises(ValueError, match=r"history_min_age.*docs/rules.md#too-young"):
+    with pytest.raises(ValueError, match=r"history_min_age.*docs/rules\.md#too-young"):
         RetentionPolicy(compact_steps=True)
     with pytest.raises(ValueError, match="history_keep_runs"):
         RetentionPolicy(history_keep_runs=3)

@@ -1,0 +1,131 @@
+"""Statistics of a SQLite store: what frees, which channels take the bytes, the top threads.
+
+SQLite keeps a checkpoint's channel values inside its serialized payload, so
+a channel's bytes are measured by decoding each payload (a page of rows at a
+time) and serializing each value alone, as the saver does. Writes name their
+channel in a column, and the top threads are one aggregate query.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from retaining_saver._rules import BlobKey, NodeKey
+from retaining_saver.backends._base import Op
+from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._sqlite_compaction import measure
+from retaining_saver.backends._stats import ChannelStats, SpaceStats, TableStats, ThreadStats
+
+# The named checkpoints, bound as one JSON array of [ns, id] pairs (?2).
+SELECT_GONE_STATS_SQL = """
+WITH named AS (
+    SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
+    FROM json_each(?2)
+)
+SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
+    COALESCE(SUM(COALESCE(LENGTH(c.checkpoint), 0) + COALESCE(LENGTH(c.metadata), 0)), 0)
+        AS byte_count
+FROM checkpoints AS c JOIN named ON c.checkpoint_ns = named.ns AND c.checkpoint_id = named.id
+WHERE c.thread_id = ?1
+UNION ALL
+SELECT 'writes', COUNT(*), COALESCE(SUM(LENGTH(w.value)), 0)
+FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = named.id
+WHERE w.thread_id = ?1
+"""
+
+_CHANNEL_WRITES_SQL = """
+SELECT channel, COUNT(*) AS row_count, COALESCE(SUM(LENGTH(value)), 0) AS byte_count
+FROM writes {where} GROUP BY channel
+"""
+
+SELECT_THREAD_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="WHERE thread_id = ?")
+
+SELECT_STORE_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="")
+
+# Keyset pages of payloads: past the last row of the previous page, in primary key order.
+SELECT_THREAD_PAYLOAD_PAGE_SQL = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
+WHERE thread_id = ?1 AND (checkpoint_ns, checkpoint_id) > (?2, ?3)
+ORDER BY checkpoint_ns, checkpoint_id
+LIMIT ?4
+"""
+
+SELECT_STORE_PAYLOAD_PAGE_SQL = """
+SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
+WHERE (thread_id, checkpoint_ns, checkpoint_id) > (?1, ?2, ?3)
+ORDER BY thread_id, checkpoint_ns, checkpoint_id
+LIMIT ?4
+"""
+
+SELECT_TOP_THREADS_SQL = """
+SELECT thread_id, SUM(row_count) AS row_count, SUM(byte_count) AS byte_count FROM (
+    SELECT thread_id, COUNT(*) AS row_count,
+        SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)) AS byte_count
+    FROM checkpoints GROUP BY thread_id
+    UNION ALL
+    SELECT thread_id, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes GROUP BY thread_id
+)
+GROUP BY thread_id ORDER BY byte_count DESC, thread_id LIMIT ?
+"""
+
+PAYLOAD_PAGE = 200
+"""Checkpoints decoded per statement: memory stays bounded by a page of payloads."""
+
+
+class SqliteStats(SqlBackend):
+    """The statistics primitives of `SqliteBackend`."""
+
+    def gone_stats(
+        self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
+    ) -> Op[dict[str, TableStats]]:
+        named = json.dumps([list(key) for key in checkpoints])
+        rows = yield Statement(SELECT_GONE_STATS_SQL, (str(thread_id), named))
+        return {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
+
+    def channel_stats(self, thread_id: str | None) -> Op[dict[str, ChannelStats]]:
+        found: dict[str, ChannelStats] = {}
+        yield from self._count_payloads(thread_id, found)
+        if thread_id is None:
+            writes = yield Statement(SELECT_STORE_CHANNEL_WRITES_SQL)
+        else:
+            writes = yield Statement(SELECT_THREAD_CHANNEL_WRITES_SQL, (str(thread_id),))
+        for row in writes:
+            more = ChannelStats(writes=row["row_count"], write_bytes=row["byte_count"])
+            found[row["channel"]] = found.get(row["channel"], ChannelStats()) + more
+        return dict(sorted(found.items()))
+
+    def _count_payloads(self, thread_id: str | None, found: dict[str, ChannelStats]) -> Op[None]:
+        """Count the values of every checkpoint of the thread (the store) into `found`, a
+        page of payloads at a time, so that memory holds one page."""
+        # The key columns past which the next page starts; a thread's are within it.
+        key: tuple[str, ...] = ("thread_id", "checkpoint_ns", "checkpoint_id")
+        sql, prefix = SELECT_STORE_PAYLOAD_PAGE_SQL, tuple[str, ...]()
+        if thread_id is not None:
+            key, sql, prefix = key[1:], SELECT_THREAD_PAYLOAD_PAGE_SQL, (str(thread_id),)
+        after = ("",) * len(key)
+        while page := (yield Statement(sql, (*prefix, *after, PAYLOAD_PAGE))):
+            for row in page:
+                self._count_values(row, found)
+            after = tuple(page[-1][k] for k in key)
+
+    def _count_values(self, row: Row, found: dict[str, ChannelStats]) -> None:
+        serde = self.saver.serde
+        checkpoint = serde.loads_typed((row["type"], row["checkpoint"]))
+        for channel, value in (checkpoint.get("channel_values") or {}).items():
+            size = len(serde.dumps_typed(value)[1])
+            more = ChannelStats(values=1, value_bytes=size)
+            found[channel] = found.get(channel, ChannelStats()) + more
+
+    def top_threads(self, limit: int) -> Op[list[ThreadStats]]:
+        rows = yield Statement(SELECT_TOP_THREADS_SQL, (limit,))
+        return [ThreadStats(r["thread_id"], r["row_count"], r["byte_count"]) for r in rows]
+
+    def space(self) -> Op[SpaceStats | None]:
+        pages = yield from measure()
+        return SpaceStats(
+            file_bytes=pages.file_bytes,
+            page_size=pages.page_size,
+            pages=pages.pages,
+            free_pages=pages.free_pages,
+        )
