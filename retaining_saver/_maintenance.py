@@ -9,13 +9,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from retaining_saver import _validate as validate
+from retaining_saver._accounting import Accounts
 from retaining_saver._effects import Flow, Performer, adrive, drive
-from retaining_saver._engine import RetentionReport, prune_pass, retention_pass
+from retaining_saver._engine import (
+    RetentionReport,
+    keeps_delta_walks,
+    planned_pass,
+    retention_pass,
+)
 from retaining_saver._errors import CleanupPermissionError, UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
-from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend, StorageStats
 
 
@@ -33,6 +38,7 @@ class MaintenanceMixin:
     policy: RetentionPolicy
     locks: ThreadLocks
     reclaimed: ReclaimedIds
+    accounts: Accounts
 
     def _nul_ok(self) -> bool:
         return self.backend is None or self.backend.holds_nul
@@ -211,9 +217,12 @@ class MaintenanceMixin:
                     await adrive(flow, self.performer)
         return None
 
-    def _prune_pass(self, thread_id: str, delta_graph: Any) -> Flow[Applied]:
+    def _prune_pass(self, thread_id: str, delta_graph: Any) -> Flow[None]:
         policy = self._policy(_keep_latest(delta_graph))
-        return prune_pass(thread_id, self._require_backend(), policy, datetime.now(UTC))
+        backend = self._require_backend()
+        _, plan, _ = yield from planned_pass(thread_id, backend, policy, datetime.now(UTC))
+        if keeps_delta_walks(plan, policy):
+            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "prune(strategy='keep_latest')")
 
     def _prune_ids(self, thread_ids: Sequence[str], strategy: str) -> list[str]:
         validate.require(
@@ -271,6 +280,13 @@ class MaintenanceMixin:
 
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+DELTA_KEPT = "delta-kept"
+DELTA_KEPT_MESSAGE = (
+    "%s keeps the checkpoints a kept DeltaChannel value is rebuilt from, for want of "
+    "delta_graph (the threads' compiled graph, which stores the value whole at the "
+    "oldest kept checkpoint instead); logged once"
+)
 
 
 def _keep_latest(delta_graph: Any) -> RetentionPolicy:

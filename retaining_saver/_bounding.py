@@ -1,0 +1,275 @@
+"""Bounded history on admission: the `retention=` policy, a capped pass per run.
+
+With `RetainingSaver(inner, retention=RetentionPolicy(history_keep_runs=N, ...))`
+each admission (the automatic one and `admit`/`aadmit`), after its stamp
+cleanup and under the same thread lock, runs the engine's own pass over the
+thread with that policy: the lineage (no channel blobs on Postgres), the
+rules' plan, caches invalidated, the plan carried out in one guarded
+transaction. What differs from `enforce_thread_retention`:
+
+- the pass is capped by the policy's `max_delete_per_run`, `RETENTION_MAX_DELETE`
+  when the policy leaves it None, so that no run waits for a large cleanup
+  (a legacy thread converges over successive runs);
+- the ids the run addresses (`checkpoint_id`, `checkpoint_map`) are protected;
+- it is skipped, without a read, while the thread cannot have crossed its
+  horizon: after a pass that left the head line `k` runs, the next `N - k`
+  admissions of this process add at most one run each (`Rooms`);
+- a failure never fails the run: it is logged once and counted.
+
+The pass runs before the run's first read returns (inline, bounded by the cap),
+so the run reads a thread the pass is done with, and the head it reads is read
+again when the pass changed the thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+
+from retaining_saver import _admission, _rules
+from retaining_saver._accounting import Accounts
+from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._effects import Flow, Lookup
+from retaining_saver._engine import keeps_delta_walks, planned_pass
+from retaining_saver._lru import BoundedLru
+from retaining_saver._maintenance import DELTA_KEPT, DELTA_KEPT_MESSAGE
+from retaining_saver._reclaimed import ReclaimedIds
+from retaining_saver._rules import (
+    CheckpointNode,
+    Lineage,
+    NodeKey,
+    Plan,
+    RetentionPolicy,
+    Skip,
+    split_runs,
+)
+from retaining_saver._stamps import OwnStamps
+from retaining_saver.backends._apply import Applied
+from retaining_saver.backends._base import Backend
+
+RETENTION_MAX_DELETE = 64
+"""Deletions one admission's history pass may make when the `retention` policy's
+`max_delete_per_run` is None: about a dozen runs of a small graph."""
+
+ROOMS_TRACKED = 10_000
+"""Threads whose room under the horizon this process remembers (least recent go)."""
+
+HISTORY_FAILED = "history-failed"
+
+
+def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> RetentionPolicy | None:
+    """The policy each admission's history pass runs, from the `retention` flag.
+
+    The saver's `protect_checkpoint_ids` and `is_reclaimable_leaf` join it, and
+    its cap defaults to `RETENTION_MAX_DELETE`.
+
+    Raises:
+        TypeError: If `retention` is not a `RetentionPolicy` or None.
+        ValueError: If it turns on no history rule, or caps a pass at 0.
+    """
+    if retention is None:
+        return None
+    if not isinstance(retention, RetentionPolicy):
+        raise TypeError(f"retention must be a RetentionPolicy or None, got {retention!r}")
+    if not retention.history_rules:
+        raise ValueError(
+            "retention must turn on a history rule (history_keep_runs, compact_steps or "
+            "keep_latest); the stamps are admission's own work"
+        )
+    if retention.max_delete_per_run == 0:
+        raise ValueError(
+            "retention.max_delete_per_run=0 would delete nothing on admission: "
+            f"leave it None (at most {RETENTION_MAX_DELETE} a run) or give a positive cap"
+        )
+    cap = retention.max_delete_per_run
+    return dataclasses.replace(
+        retention,
+        max_delete_per_run=RETENTION_MAX_DELETE if cap is None else cap,
+        protect_checkpoint_ids=retention.protect_checkpoint_ids
+        | saver_policy.protect_checkpoint_ids,
+        is_reclaimable_leaf=retention.is_reclaimable_leaf or saver_policy.is_reclaimable_leaf,
+    )
+
+
+class Rooms:
+    """Per thread, how many more admissions may skip the history pass.
+
+    After a pass that left the root head line `k` runs under a horizon of `N`,
+    `N - k`: each admission of this process adds at most one run (a run
+    without new input adds none). A thread it does not know (first seen, or
+    forgotten) is due. Runs another process adds are not counted here; that
+    process's own admissions bound them.
+    """
+
+    def __init__(self) -> None:
+        self._room: BoundedLru[str, int] = BoundedLru(ROOMS_TRACKED)
+        self._lock = threading.Lock()
+
+    def due(self, thread_id: str) -> bool:
+        """Whether this admission runs the pass; if not, one fewer may skip."""
+        with self._lock:
+            room = self._room.get(thread_id)
+            if not room:
+                return True
+            self._room.put(thread_id, room - 1)
+            return False
+
+    def left(self, thread_id: str, room: int) -> None:
+        with self._lock:
+            self._room.put(thread_id, room)
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._room.pop(thread_id)
+
+
+def converging_plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
+    """The rules' plan, or, when the cap defers it, a wider horizon's plan that fits.
+
+    A capped pass defers the stretch beyond the horizon whole when it is larger
+    than the cap (issue #19), so a legacy thread would never shrink. A wider
+    horizon (`N' > N`) is a policy the rules plan with the same proofs, keeping
+    more: its stretch is the oldest part of the first one, and its successor
+    becomes the new root. The widest `N'` whose plan defers nothing, at most
+    halving the deleted runs from the cap's estimate down to one, is taken;
+    successive admissions narrow the thread to `N`.
+    """
+    plan = _rules.plan_retention(lineage, policy, now)
+    horizon, cap = policy.history_keep_runs, policy.max_delete_per_run
+    if not plan.deferred or horizon is None or cap is None:
+        return plan
+    runs = len(head_line_runs(lineage, plan))
+    per_run = max(len(lineage.nodes) // max(runs, 1), 1)
+    take = min(max(cap // per_run, 1), runs - horizon - 1)
+    while take >= 1:
+        wider = dataclasses.replace(policy, history_keep_runs=runs - take)
+        narrowed = _rules.plan_retention(lineage, wider, now)
+        if not narrowed.deferred and narrowed.deletions:
+            return narrowed
+        take //= 2
+    return plan
+
+
+def head_line_runs(lineage: Lineage, plan: Plan) -> list[list[CheckpointNode]]:
+    """The runs of the root namespace's head line, oldest first."""
+    head_id = plan.heads.get("")
+    line = []
+    node = lineage.nodes.get(("", head_id)) if head_id is not None else None
+    while node is not None:
+        line.append(node)
+        node = lineage.parent(node)
+    return split_runs(line[::-1])
+
+
+def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionPolicy) -> int:
+    """How many admissions may skip the pass after this one (see `Rooms`): none unless
+    the plan was carried out whole under a horizon."""
+    horizon = policy.history_keep_runs
+    if horizon is None or plan.deferred or applied.dropped:
+        return 0
+    gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
+    runs = head_line_runs(lineage, plan)
+    kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
+    return max(horizon - kept, 0)
+
+
+class BoundingMixin:
+    """The history pass `RetainingSaver` runs on admission with its `retention` policy."""
+
+    backend: Backend | None
+    accounts: Accounts
+    reclaimed: ReclaimedIds
+    stamps: OwnStamps | None
+    retention: RetentionPolicy | None
+    rooms: Rooms
+    _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
+
+    def _history_due(self, thread_id: str) -> bool:
+        """Whether this admission runs the history pass (counted as skipped if not)."""
+        if self.retention is None or self.backend is None:
+            return False
+        if self.rooms.due(thread_id):
+            return True
+        self.accounts.count("history_skipped")
+        return False
+
+    def _history_read(
+        self, config: RunnableConfig, admitted: Admitted, due: bool
+    ) -> Flow[Admitted]:
+        """The history pass after the stamps (if `due`); the run's head, read again if the
+        pass changed the thread."""
+        result, found = admitted
+        result, changed = yield from self._bound_history(config, result, due)
+        if changed:
+            found = yield Lookup(config)
+        return result, (yield from self._settle(found, config))
+
+    def _unreclaimed(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
+        """An admission whose read found nothing to reclaim at `head`."""
+        head_id = head.checkpoint["id"] if head is not None else None
+        empty = Skip.EMPTY_THREAD if head is None else None
+        return AdmissionResult(thread_id, (), empty, head_id), head
+
+    def _recorded_history(self, admitted: Admitted) -> CheckpointTuple | None:
+        """Account for a history pass alone (the admission itself was counted)."""
+        self.accounts.record_history(admitted[0])
+        return admitted[1]
+
+    def _bound_history(
+        self, config: RunnableConfig, result: AdmissionResult, due: bool
+    ) -> Flow[tuple[AdmissionResult, bool]]:
+        """`result` with what the history pass deleted, and whether it changed the thread.
+
+        Run under the thread's lock, after the stamps. Never raises.
+        """
+        policy, backend, thread_id = self.retention, self.backend, result.thread_id
+        if not due or policy is None or backend is None or self.accounts.waiting():
+            return result, False
+        if result.skipped is Skip.EMPTY_THREAD:
+            self.rooms.left(thread_id, policy.history_keep_runs or 0)
+            return result, False
+        protected = _admission.run_selectors(config)
+        if protected:
+            merged = policy.protect_checkpoint_ids | protected
+            policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
+        self.accounts.count("history_passes")
+        try:
+            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC), converging_plan)
+            lineage, plan, applied = yield from flow
+        except Exception as error:
+            self.rooms.forget(thread_id)
+            problem = backend.permission_problem(error)
+            if problem is not None:
+                self.accounts.failure(thread_id, error, problem)
+            self.accounts.count("history_failed")
+            self.accounts.once(
+                HISTORY_FAILED,
+                "the retention policy's pass over thread %s failed; the run proceeds "
+                "(logged once, counted in counters.history_failed): %r",
+                thread_id,
+                error,
+            )
+            return result, False
+        if keeps_delta_walks(plan, policy):
+            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
+        self.rooms.left(thread_id, room_left(lineage, plan, applied, policy))
+        deleted = self._noted_history(thread_id, applied)
+        changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
+        return dataclasses.replace(result, history_reclaimed=deleted), changed
+
+    def _noted_history(self, thread_id: str, applied: Applied) -> tuple[NodeKey, ...]:
+        """Under the thread's lock: each deleted clone's id names what it cloned, and no
+        stamp this process remembers is one that went."""
+        for deletion in applied.deleted:
+            key = (thread_id, deletion.checkpoint_ns, deletion.checkpoint_id)
+            if deletion.clone_of is not None:
+                self.reclaimed.note(key, deletion.clone_of)
+            if self.stamps is not None and not deletion.checkpoint_ns:
+                self.stamps.forget(thread_id, deletion.checkpoint_id)
+        return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
