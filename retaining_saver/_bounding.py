@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +46,7 @@ from retaining_saver._rules import (
     Lineage,
     NodeKey,
     Plan,
+    Protection,
     RetentionPolicy,
     Skip,
     split_runs,
@@ -61,6 +63,12 @@ ROOMS_TRACKED = 10_000
 """Threads whose room under the horizon this process remembers (least recent go)."""
 
 HISTORY_FAILED = "history-failed"
+
+UNSETTLED = -1
+"""A room after a pass that left work for later: every admission is due."""
+
+_WAITING = frozenset({Protection.TOO_YOUNG, Protection.YOUNG_PARENT})
+"""What a later pass may delete with no new run: the same checkpoints, once older."""
 
 
 def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> RetentionPolicy | None:
@@ -97,36 +105,51 @@ def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> Retent
     )
 
 
+@dataclass(frozen=True)
+class _Room:
+    left: int
+    head_id: str | None
+
+
 class Rooms:
-    """Per thread, how many more admissions may skip the history pass.
+    """Per thread, whether an admission may skip the history pass, without a read.
 
     After a pass that left the root head line `k` runs under a horizon of `N`,
-    `N - k`: each admission of this process adds at most one run (a run
-    without new input adds none). A thread it does not know (first seen, or
-    forgotten) is due. Runs another process adds are not counted here; that
-    process's own admissions bound them.
+    `N - k` more admissions may: each adds at most one run (a run without new
+    input adds none). An admission that finds the head it found last time
+    (nothing written since) may too. A thread it does not know (first seen,
+    or forgotten) is due, and so is every admission after a pass that left
+    work for later (`UNSETTLED`). Runs another process adds are not counted
+    here; that process's own admissions bound them.
     """
 
     def __init__(self) -> None:
-        self._room: BoundedLru[str, int] = BoundedLru(ROOMS_TRACKED)
+        self._rooms: BoundedLru[str, _Room] = BoundedLru(ROOMS_TRACKED)
         self._lock = threading.Lock()
 
-    def due(self, thread_id: str) -> bool:
-        """Whether this admission runs the pass; if not, one fewer may skip."""
+    def due(self, thread_id: str, head_id: str | None) -> bool:
+        """Whether this admission, at `head_id`, runs the pass; if not, it is counted."""
         with self._lock:
-            room = self._room.get(thread_id)
-            if not room:
+            room = self._rooms.get(thread_id)
+            if room is None or room.left < 0 or (room.head_id != head_id and not room.left):
                 return True
-            self._room.put(thread_id, room - 1)
+            if room.head_id != head_id:
+                self._rooms.put(thread_id, _Room(room.left - 1, head_id))
             return False
 
-    def left(self, thread_id: str, room: int) -> None:
+    def would_skip(self, thread_id: str, head_id: str | None) -> bool:
+        """`not due(...)`, without counting the admission."""
         with self._lock:
-            self._room.put(thread_id, room)
+            room = self._rooms.get(thread_id)
+        return room is not None and room.left >= 0 and (room.head_id == head_id or room.left > 0)
+
+    def left(self, thread_id: str, left: int, head_id: str | None) -> None:
+        with self._lock:
+            self._rooms.put(thread_id, _Room(left, head_id))
 
     def forget(self, thread_id: str) -> None:
         with self._lock:
-            self._room.pop(thread_id)
+            self._rooms.pop(thread_id)
 
 
 def converging_plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
@@ -168,15 +191,20 @@ def head_line_runs(lineage: Lineage, plan: Plan) -> list[list[CheckpointNode]]:
 
 
 def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionPolicy) -> int:
-    """How many admissions may skip the pass after this one (see `Rooms`): none unless
-    the plan was carried out whole under a horizon."""
+    """How many admissions that add a run may skip the pass after this one (see
+    `Rooms`); `UNSETTLED` if the pass may have left work for later: deferred or
+    dropped deletions, checkpoints kept only while they are young, or more runs
+    than the horizon."""
     horizon = policy.history_keep_runs
-    if horizon is None or plan.deferred or applied.dropped:
+    if plan.deferred or applied.dropped or _WAITING.intersection(plan.kept.values()):
+        return UNSETTLED
+    if horizon is None:
         return 0
     gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
     runs = head_line_runs(lineage, plan)
     kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
-    return max(horizon - kept, 0)
+    # More runs than the horizon: a wider one's pass (`converging_plan`), or kept runs.
+    return horizon - kept if kept <= horizon else UNSETTLED
 
 
 class BoundingMixin:
@@ -190,22 +218,23 @@ class BoundingMixin:
     rooms: Rooms
     _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
 
-    def _history_due(self, thread_id: str) -> bool:
-        """Whether this admission runs the history pass (counted as skipped if not)."""
+    def _history_may_run(self, thread_id: str, head: CheckpointTuple | None) -> bool:
+        """Whether an admission that reclaims nothing at `head` takes the lock for the
+        history pass (else it is counted as skipped)."""
         if self.retention is None or self.backend is None:
             return False
-        if self.rooms.due(thread_id):
+        head_id = head.checkpoint["id"] if head is not None else None
+        if not self.rooms.would_skip(thread_id, head_id):
             return True
+        self.rooms.due(thread_id, head_id)
         self.accounts.count("history_skipped")
         return False
 
-    def _history_read(
-        self, config: RunnableConfig, admitted: Admitted, due: bool
-    ) -> Flow[Admitted]:
-        """The history pass after the stamps (if `due`); the run's head, read again if the
+    def _history_read(self, config: RunnableConfig, admitted: Admitted) -> Flow[Admitted]:
+        """The history pass after the stamps, if due; the run's head, read again if the
         pass changed the thread."""
         result, found = admitted
-        result, changed = yield from self._bound_history(config, result, due)
+        result, changed = yield from self._bound_history(config, result)
         if changed:
             found = yield Lookup(config)
         return result, (yield from self._settle(found, config))
@@ -222,17 +251,21 @@ class BoundingMixin:
         return admitted[1]
 
     def _bound_history(
-        self, config: RunnableConfig, result: AdmissionResult, due: bool
+        self, config: RunnableConfig, result: AdmissionResult
     ) -> Flow[tuple[AdmissionResult, bool]]:
-        """`result` with what the history pass deleted, and whether it changed the thread.
+        """`result` with what the history pass deleted, if one was due, and whether it
+        changed the thread.
 
         Run under the thread's lock, after the stamps. Never raises.
         """
         policy, backend, thread_id = self.retention, self.backend, result.thread_id
-        if not due or policy is None or backend is None or self.accounts.waiting():
+        if policy is None or backend is None or self.accounts.waiting():
+            return result, False
+        if not self.rooms.due(thread_id, result.head_id):
+            self.accounts.count("history_skipped")
             return result, False
         if result.skipped is Skip.EMPTY_THREAD:
-            self.rooms.left(thread_id, policy.history_keep_runs or 0)
+            self.rooms.left(thread_id, policy.history_keep_runs or 0, None)
             return result, False
         protected = _admission.run_selectors(config)
         if protected:
@@ -258,7 +291,7 @@ class BoundingMixin:
             return result, False
         if keeps_delta_walks(plan, policy):
             self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
-        self.rooms.left(thread_id, room_left(lineage, plan, applied, policy))
+        self.rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
         deleted = self._noted_history(thread_id, applied)
         changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
         return dataclasses.replace(result, history_reclaimed=deleted), changed

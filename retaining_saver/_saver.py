@@ -267,10 +267,9 @@ class RetainingSaver(
         if not self._is_admission(config):
             return self._pinned_result(config, drive(self._read(config), self.performer))
         thread_id = str(config["configurable"]["thread_id"])
-        due = self._history_due(thread_id)
         if _admission.is_pinned(config):
             # A pinned run: clean up as an explicit admission would, then read its target.
-            flow = self._explicit(thread_id, config, _admission.map_selectors(config), due)
+            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             with self.locks.hold(thread_id):
                 admitted = self._noted(config, drive(flow, self.performer))
             self._record(config, admitted)
@@ -281,14 +280,14 @@ class RetainingSaver(
         if self.one_round is None:
             head = self.inner.get_tuple(config)
             if self._nothing_to_reclaim(head, config):
-                if not due:
+                if not self._history_may_run(thread_id, head):
                     return head
                 with self.locks.hold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head), due)
+                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
                     admitted = drive(flow, self.performer)
                 return self._recorded_history(admitted)
         with self.locks.hold(thread_id):
-            flow = self._admission_read(thread_id, config, head, due)
+            flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, drive(flow, self.performer))
         return self._record(config, admitted)[1]
 
@@ -298,9 +297,8 @@ class RetainingSaver(
         if not self._is_admission(config):
             return self._pinned_result(config, await adrive(self._read(config), self.performer))
         thread_id = str(config["configurable"]["thread_id"])
-        due = self._history_due(thread_id)
         if _admission.is_pinned(config):
-            flow = self._explicit(thread_id, config, _admission.map_selectors(config), due)
+            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             async with self.locks.ahold(thread_id):
                 admitted = self._noted(config, await adrive(flow, self.performer))
             self._record(config, admitted)
@@ -310,14 +308,14 @@ class RetainingSaver(
         if self.one_round is None:
             head = await self._aread_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
-                if not due:
+                if not self._history_may_run(thread_id, head):
                     return head
                 async with self.locks.ahold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head), due)
+                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
                     admitted = await adrive(flow, self.performer)
                 return self._recorded_history(admitted)
         async with self.locks.ahold(thread_id):
-            flow = self._admission_read(thread_id, config, head, due)
+            flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[1]
 
@@ -350,7 +348,7 @@ class RetainingSaver(
         Never raises for a cleanup failure; the result says what happened.
         """
         config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config, due=self._history_due(thread_id))
+        flow = self._explicit(thread_id, config)
         with self.locks.hold(thread_id):
             admitted = self._noted(config, drive(flow, self.performer))
         return self._record(config, admitted)[0]
@@ -358,7 +356,7 @@ class RetainingSaver(
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config, due=self._history_due(thread_id))
+        flow = self._explicit(thread_id, config)
         async with self.locks.ahold(thread_id):
             admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[0]
@@ -444,7 +442,7 @@ class RetainingSaver(
     # Admission
 
     def _admission_read(
-        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None, due: bool
+        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
     ) -> Flow[Admitted]:
         assert self.backend is not None  # _is_admission said so
         protected = _admission.run_selectors(config)
@@ -452,24 +450,23 @@ class RetainingSaver(
             thread_id, config, self.backend, self.policy, protected, head, self.one_round
         )
         admitted = yield from self._failsafe(thread_id, flow, config)
-        return (yield from self._history_read(config, admitted, due))
+        return (yield from self._history_read(config, admitted))
 
     def _explicit(
         self,
         thread_id: str,
         config: RunnableConfig,
         protected: frozenset[str] = frozenset(),
-        due: bool = False,
     ) -> Flow[Admitted]:
         """Cleanup that looks the head up itself, without its values; `protected`: ids the
-        run addresses, never reclaimed; then the history pass, if `due`."""
+        run addresses, never reclaimed; then the history pass, if due."""
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
         if self.accounts.waiting():
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
         result, _ = yield from self._failsafe(thread_id, flow, config, read=False)
-        result, _ = yield from self._bound_history(config, result, due)
+        result, _ = yield from self._bound_history(config, result)
         return result, None
 
     def _failsafe(

@@ -101,7 +101,8 @@ def test_admit_applies_the_policy(kind: str, request: pytest.FixtureRequest) -> 
         again = saver.admit(KEPT)
         history = list(chat_graph(inner).get_state_history(thread(KEPT)))
     assert len(result.history_reclaimed) == 16 and result.reclaimed == ()
-    assert again.history_reclaimed == () and saver.counters.history_skipped == 0
+    # Nothing was written since: the second admission skips the pass, without a read.
+    assert again.history_reclaimed == () and saver.counters.history_skipped == 1
     assert runs_on_head_line(history) == 2 and len(history) == 8
 
 
@@ -158,3 +159,20 @@ def test_delta_threads_kept_whole_for_want_of_delta_graph_are_logged_once(
     assert "retention policy" in notices[0].getMessage()
     assert [r.levelno for r in notices[1:]] == [logging.DEBUG] * (len(notices) - 1)
     assert any("prune" in r.getMessage() for r in notices)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_nothing_younger_than_the_age_changes(kind: str, request: pytest.FixtureRequest) -> None:
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(
+            inner,
+            retention=RetentionPolicy(history_keep_runs=1, history_min_age=timedelta(hours=1)),
+        )
+        graph = chat_graph(saver)
+        for i in range(5):
+            graph.invoke(turn(i), thread(KEPT))
+        saver.admit(KEPT)
+        history = list(graph.get_state_history(thread(KEPT)))
+    assert len(history) == 20 and saver.counters.history_reclaimed == 0
+    # Young checkpoints beyond the horizon leave the thread unsettled: every admission passes.
+    assert saver.counters.history_passes == 4
