@@ -128,7 +128,8 @@ class Rooms:
         self._lock = threading.Lock()
 
     def due(self, thread_id: str, head_id: str | None) -> bool:
-        """Whether this admission, at `head_id`, runs the pass; if not, it is counted."""
+        """Whether this admission, at `head_id`, runs the pass; if not, the room it used
+        is taken."""
         with self._lock:
             room = self._rooms.get(thread_id)
             if room is None or room.left < 0 or (room.head_id != head_id and not room.left):

@@ -31,6 +31,7 @@ from savers import KINDS, open_async, open_sync
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
+from retaining_saver.testing.views import visible_state
 
 NOW = timedelta(0)
 TURNS = 16
@@ -205,8 +206,24 @@ def test_a_legacy_thread_converges_over_capped_admissions(
 @pytest.mark.slow
 def test_a_legacy_thread_of_10000_checkpoints_converges(request: pytest.FixtureRequest) -> None:
     with open_sync("sqlite", request) as inner:
-        retention = RetentionPolicy(history_keep_runs=10, history_min_age=NOW)
-        saver = RetainingSaver(inner, retention=retention)
-        runs = _legacy(saver, inner, turns=2500, admissions=200, n=10)
+        saver = RetainingSaver(
+            inner, retention=RetentionPolicy(history_keep_runs=10, history_min_age=NOW)
+        )
+        bare, wrapped = chat_graph(inner), chat_graph(saver)
+        for i in range(2500):
+            for thread_id in (KEPT, TWIN):
+                bare.invoke(turn(i), thread(thread_id))
+        for run in range(1, 200):
+            wrapped.invoke(turn(2500 + run), thread(KEPT))
+            bare.invoke(turn(2500 + run), thread(TWIN))
+            if saver.storage_stats(KEPT).tables["checkpoints"].rows <= 4 * 11:
+                break
+        else:
+            raise AssertionError("200 capped admissions did not bring it to the horizon")
+        kept, twin = (
+            visible_state(g.get_state(thread(t))) for g, t in ((wrapped, KEPT), (bare, TWIN))
+        )
         assert integrity(saver, KEPT).clean
-    assert runs <= 10_000 // 64 + 2
+    assert kept == twin
+    # 10,000 checkpoints, 4 more a run, at most 64 deleted an admission: 60 fewer a run.
+    assert run <= 10_000 // 60 + 2
