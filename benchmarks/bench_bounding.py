@@ -20,6 +20,9 @@ medians; absolute times are context only), on every backend given:
     read. Goal <= 1.5x.
 (c) a whole run of the chat on a thread at the horizon, wrapped (its admission
     runs the pass) vs bare, side by side on two threads. Goal <= 1.1x.
+(d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
+    store): how many `aadmit` calls bring it to the horizon, each capped at 64
+    deletions, and the slowest of them over their median. Goal <= 5x.
 
 Nothing is asserted: the goals are printed next to the figures.
 """
@@ -159,7 +162,24 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
         figures.append(admission.figure(kind, what, times["wrapped"], times["bare"], 1.1))
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {next(iter(held.tables.values())).rows} checkpoints")
+        figures.append(await legacy_figure(kind, saver))
     return figures
+
+
+async def legacy_figure(kind: str, saver: RetainingSaver) -> Any:
+    """(d): admissions until a 10,000-checkpoint thread holds the horizon's runs."""
+    await admission.write_chain(saver.inner, "legacy", admission.BIG, run_length=4)
+    await admission.analyze(saver.inner)
+    times: list[float] = []
+    while len(times) < admission.BIG:
+        elapsed, _ = await admission.timed(lambda: saver.aadmit("legacy"))
+        times.append(elapsed)
+        held = await saver.astorage_stats("legacy")
+        if next(iter(held.tables.values())).rows <= 4 * HORIZON:
+            break
+    what = f"(d) legacy 10k: {len(times)} admissions to the horizon; slowest / median"
+    median = _common.median(times)
+    return admission.figure(kind, what, [max(times)], [median], 5.0)
 
 
 async def run_admission(kinds: Sequence[str], reps: int) -> None:

@@ -227,3 +227,28 @@ def test_a_legacy_thread_of_10000_checkpoints_converges(request: pytest.FixtureR
     assert kept == twin
     # 10,000 checkpoints, 4 more a run, at most 64 deleted an admission: 60 fewer a run.
     assert run <= 10_000 // 60 + 2
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_savers_taking_turns_on_one_thread(kind: str, request: pytest.FixtureRequest) -> None:
+    # Two workers (each its own connection, lock and counts), each run after the thread's
+    # reservation moved to it, as the deployment requirement says. Each counts only the
+    # runs it admitted, so while the thread is below the horizon it may skip past it by
+    # the other's runs (at most N more); once at the horizon, every new head is a pass.
+    with open_sync(kind, request) as first, open_sync(kind, request) as second:
+        savers = [
+            RetainingSaver(inner, retention=_retention("horizon", "full"))
+            for inner in (first, second)
+        ]
+        graphs = [chat(saver, "full") for saver in savers]
+        twin_graph = chat(first, "full")
+        pairing, held = Pairing(), []
+        for i in range(12):
+            graphs[i % 2].invoke({"said": [f"u{i}"]}, thread(KEPT))
+            twin_graph.invoke({"said": [f"u{i}"]}, thread(TWIN))
+            kept = list(graphs[0].get_state_history(thread(KEPT)))
+            _check(pairing, kept, list(twin_graph.get_state_history(thread(TWIN))), 2 * 2)
+            held.append(runs_on_head_line(kept))
+            assert integrity(savers[1], KEPT).clean
+    assert all(saver.counters.history_reclaimed > 0 for saver in savers)
+    assert held[-4:] == [3, 3, 3, 3]  # at the horizon: N runs and the one just admitted
