@@ -154,35 +154,33 @@ class Rooms:
 
 
 def converging_plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
-    """The rules' plan, or, when the cap defers it, a wider horizon's plan that fits.
+    """The rules' plan, or, where the cap would defer it, a wider horizon's plan that fits.
 
     A capped pass defers the stretch beyond the horizon whole when it is larger
     than the cap (issue #19), so a legacy thread would never shrink. A wider
     horizon (`N' > N`) is a policy the rules plan with the same proofs, keeping
     more: its stretch is the oldest part of the first one, and its successor
-    becomes the new root. The widest `N'` whose plan defers nothing, at most
-    halving the deleted runs from the cap's estimate down to one, is taken;
-    successive admissions narrow the thread to `N`.
+    becomes the new root. When the runs beyond the horizon hold more
+    checkpoints than the cap (by the thread's average run), the widest `N'`
+    whose plan defers nothing is taken, halving the runs it deletes from the
+    cap's estimate down to one; successive admissions narrow the thread to `N`.
     """
-    plan = _rules.plan_retention(lineage, policy, now)
     horizon, cap = policy.history_keep_runs, policy.max_delete_per_run
-    if not plan.deferred or horizon is None or cap is None:
-        return plan
-    runs = len(head_line_runs(lineage, plan))
-    per_run = max(len(lineage.nodes) // max(runs, 1), 1)
-    take = min(max(cap // per_run, 1), runs - horizon - 1)
-    while take >= 1:
-        wider = dataclasses.replace(policy, history_keep_runs=runs - take)
-        narrowed = _rules.plan_retention(lineage, wider, now)
-        if not narrowed.deferred and narrowed.deletions:
-            return narrowed
-        take //= 2
-    return plan
+    if horizon is not None and cap is not None:
+        runs = len(head_line_runs(lineage, lineage.heads().get("")))
+        per_run = max(len(lineage.nodes) // max(runs, 1), 1)
+        take = min(max(cap // per_run, 1), runs - horizon)
+        while 1 <= take < runs - horizon:
+            wider = dataclasses.replace(policy, history_keep_runs=runs - take)
+            plan = _rules.plan_retention(lineage, wider, now)
+            if not plan.deferred and plan.deletions:
+                return plan
+            take //= 2
+    return _rules.plan_retention(lineage, policy, now)
 
 
-def head_line_runs(lineage: Lineage, plan: Plan) -> list[list[CheckpointNode]]:
-    """The runs of the root namespace's head line, oldest first."""
-    head_id = plan.heads.get("")
+def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[CheckpointNode]]:
+    """The runs of the root namespace's line ending at `head_id`, oldest first."""
     line = []
     node = lineage.nodes.get(("", head_id)) if head_id is not None else None
     while node is not None:
@@ -202,7 +200,7 @@ def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionP
     if horizon is None:
         return 0
     gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
-    runs = head_line_runs(lineage, plan)
+    runs = head_line_runs(lineage, plan.heads.get(""))
     kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
     # More runs than the horizon: a wider one's pass (`converging_plan`), or kept runs.
     return horizon - kept if kept <= horizon else UNSETTLED
