@@ -31,7 +31,7 @@ from savers import KINDS, open_async, open_sync
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
-from retaining_saver.testing.views import visible_state
+from retaining_saver.testing.views import normalize, visible_state
 
 NOW = timedelta(0)
 TURNS = 16
@@ -77,7 +77,20 @@ def play(saver: RetainingSaver, inner: Any, flavor: Flavor, bound: int | None) -
         twin = list(twin_graph.get_state_history(thread(TWIN)))
         _check(pairing, kept, twin, bound)
         assert integrity(saver, KEPT).clean
+    _fork_every_kept_turn(chat(inner, flavor), pairing, kept)
     return pairing
+
+
+def _fork_every_kept_turn(bare: Any, pairing: Pairing, kept: list[Any]) -> None:
+    """Continue each kept checkpoint that has work left, on the bare saver, and its twin:
+    the same result (the retained thread's history feeds no step differently)."""
+    for snapshot in kept:
+        if not snapshot.next:
+            continue
+        kept_id = snapshot.config["configurable"]["checkpoint_id"]
+        mine = bare.invoke(None, thread(KEPT, kept_id))
+        theirs = bare.invoke(None, thread(TWIN, pairing.twin_of[kept_id]))
+        assert normalize(mine) == normalize(theirs), kept_id
 
 
 async def aplay(saver: RetainingSaver, inner: Any, flavor: Flavor, bound: int | None) -> Pairing:
