@@ -106,9 +106,10 @@ async def open_saver(kind: str, directory: str) -> AsyncIterator[BaseCheckpointS
 
 
 def chain(
-    inner: BaseCheckpointSaver[Any], thread_id: str, n: int
+    inner: BaseCheckpointSaver[Any], thread_id: str, n: int, run_length: int | None = None
 ) -> list[tuple[RunnableConfig, Checkpoint, dict[str, Any], dict[str, Any]]]:
-    """`n` checkpoints, each the child of the one before, as `put` arguments."""
+    """`n` checkpoints, each the child of the one before, as `put` arguments; with
+    `run_length`, every `run_length`-th one a run's input checkpoint."""
     items = []
     parent_id: str | None = None
     said: list[str] = []
@@ -123,7 +124,8 @@ def chain(
         checkpoint["channel_values"] = {"said": list(said), "turns": i // 4}
         checkpoint["channel_versions"] = {"said": version, "turns": version}
         checkpoint["versions_seen"] = {"reply": {"said": version}, "count": {"turns": version}}
-        metadata = {"source": "loop", "step": i, "parents": {}}
+        starts_run = run_length is not None and i % run_length == 0
+        metadata = {"source": "input" if starts_run else "loop", "step": i, "parents": {}}
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ""}
             | ({"checkpoint_id": parent_id} if parent_id else {})
@@ -133,9 +135,11 @@ def chain(
     return items
 
 
-async def write_chain(inner: BaseCheckpointSaver[Any], thread_id: str, n: int) -> None:
+async def write_chain(
+    inner: BaseCheckpointSaver[Any], thread_id: str, n: int, run_length: int | None = None
+) -> None:
     """Store `chain(...)` the way the saver's `aput` would, in batches for SQL backends."""
-    items = chain(inner, thread_id, n)
+    items = chain(inner, thread_id, n, run_length)
     kind = type(inner).__name__
     for start in range(0, n, BATCH):
         batch = items[start : start + BATCH]

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from retaining_saver._admission import AdmissionResult
 from retaining_saver._rules import Skip
@@ -25,25 +26,40 @@ DENIAL_BACKOFF_MAX = 3600.0
 
 @dataclass(frozen=True)
 class ReclaimEvent:
-    """One reclaimed checkpoint, as passed to `on_reclaim`."""
+    """One reclaimed checkpoint, as passed to `on_reclaim`.
+
+    Attributes:
+        kind: `"stamp"` for a trailing duration leaf admission reclaimed,
+            `"history"` for a checkpoint the saver's `retention` policy deleted.
+    """
 
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str
     head_id: str | None
+    kind: Literal["stamp", "history"] = "stamp"
 
 
 @dataclass(frozen=True)
 class AdmissionCounters:
     """Totals since the saver was made: admissions attempted, checkpoints reclaimed,
     admissions skipped by reason, admissions whose cleanup failed, and reads whose
-    fast path or probe failed and were answered by the saver's own read instead."""
+    fast path or probe failed and were answered by the saver's own read instead.
+
+    The `history_` totals count the work of the saver's `retention` policy, apart
+    from the stamps above: passes run, checkpoints they deleted, admissions that
+    skipped the pass (the thread could not have crossed its horizon), and passes
+    that failed (the run went on)."""
 
     attempted: int
     reclaimed: int
     skipped: dict[str, int]
     failed: int
     fallbacks: dict[str, int] = field(default_factory=dict)
+    history_passes: int = 0
+    history_reclaimed: int = 0
+    history_skipped: int = 0
+    history_failed: int = 0
 
 
 class Accounts:
@@ -76,6 +92,10 @@ class Accounts:
             prefixed("skip:"),
             counts.get("failed", 0),
             prefixed("fallback:"),
+            history_passes=counts.get("history_passes", 0),
+            history_reclaimed=counts.get("history_reclaimed", 0),
+            history_skipped=counts.get("history_skipped", 0),
+            history_failed=counts.get("history_failed", 0),
         )
 
     def count(self, *keys: str, by: int = 1) -> None:
@@ -91,6 +111,7 @@ class Accounts:
             self.count("attempted", f"skip:{result.skipped.value}")
         else:
             self.count("attempted")
+        self.record_history(result)
         if not result.reclaimed:
             return
         self.count("reclaimed", by=len(result.reclaimed))
@@ -103,10 +124,37 @@ class Accounts:
             )
             if self.on_reclaim is not None:
                 event = ReclaimEvent(result.thread_id, checkpoint_ns, checkpoint_id, result.head_id)
-                try:
-                    self.on_reclaim(event)
-                except Exception:
-                    logger.exception("on_reclaim callback failed for %s", checkpoint_id)
+                self._announce(event)
+
+    def _announce(self, event: ReclaimEvent) -> None:
+        assert self.on_reclaim is not None  # the callers asked
+        try:
+            self.on_reclaim(event)
+        except Exception:
+            logger.exception("on_reclaim callback failed for %s", event.checkpoint_id)
+
+    def record_history(self, result: AdmissionResult) -> None:
+        """Count and announce the checkpoints an admission's history pass deleted."""
+        if not result.history_reclaimed:
+            return
+        self.count("history_reclaimed", by=len(result.history_reclaimed))
+        logger.info(
+            "the retention policy deleted %d checkpoints of thread %s",
+            len(result.history_reclaimed),
+            result.thread_id,
+        )
+        for ns, checkpoint_id in result.history_reclaimed:
+            if self.on_reclaim is not None:
+                event = ReclaimEvent(result.thread_id, ns, checkpoint_id, result.head_id, "history")
+                self._announce(event)
+
+    def once(self, key: str, message: str, *args: object) -> None:
+        """Log `message` as a warning the first time `key` comes, at debug level after."""
+        key = f"notice:{key}"
+        with self._lock:
+            first = not self._counts[key]
+            self._counts[key] += 1
+        (logger.warning if first else logger.debug)(message, *args)
 
     def fell_back(self, what: str, error: Exception) -> None:
         """Count a failure of `what`, answered by the saver's own call; log the first."""

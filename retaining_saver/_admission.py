@@ -36,7 +36,14 @@ from retaining_saver._effects import (
     Run,
 )
 from retaining_saver._lru import BoundedLru
-from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, RetentionPolicy, Skip
+from retaining_saver._rules import (
+    CheckpointNode,
+    LeafFacts,
+    MarkerShape,
+    NodeKey,
+    RetentionPolicy,
+    Skip,
+)
 from retaining_saver.backends._base import Backend, Op, T
 from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
 
@@ -61,12 +68,15 @@ class AdmissionResult:
         skipped: Why nothing (or not everything) was reclaimed, else None.
         head_id: The id of the checkpoint the run starts from (the newest
             once the reclaimed ones are gone); None for an empty thread.
+        history_reclaimed: (namespace, id) of each checkpoint the saver's
+            `retention` policy deleted in this admission (see `_bounding`).
     """
 
     thread_id: str
     reclaimed: tuple[str, ...]
     skipped: Skip | None
     head_id: str | None = None
+    history_reclaimed: tuple[NodeKey, ...] = ()
 
 
 def node_of(value: CheckpointTuple) -> CheckpointNode:

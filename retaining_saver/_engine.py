@@ -9,7 +9,7 @@ request path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -144,15 +144,32 @@ def _would_be_after(
     return before.without(gone)
 
 
-def prune_pass(
-    thread_id: str, backend: Backend, policy: RetentionPolicy, now: datetime
-) -> Flow[Applied]:
-    """`retention_pass` without its statistics or report, for `prune`: what it did."""
+Planner = Callable[[Lineage, RetentionPolicy, datetime], Plan]
+"""How a pass plans: `_rules.plan_retention`, or a choice among its plans."""
+
+
+def planned_pass(
+    thread_id: str,
+    backend: Backend,
+    policy: RetentionPolicy,
+    now: datetime,
+    planner: Planner = _rules.plan_retention,
+) -> Flow[tuple[Lineage, Plan, Applied]]:
+    """`retention_pass` without its statistics or report, for `prune` and admission's
+    history work: the lineage it read, its plan, and what carrying it out did."""
     lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
-    plan = _rules.plan_retention(lineage, policy, now)
+    plan = planner(lineage, policy, now)
     if plan.empty:
-        return Applied()
-    return (yield from _carry_out(thread_id, backend, policy, plan))
+        return lineage, plan, Applied()
+    return lineage, plan, (yield from _carry_out(thread_id, backend, policy, plan))
+
+
+def keeps_delta_walks(plan: Plan, policy: RetentionPolicy) -> bool:
+    """Whether `plan` keeps checkpoints only because a DeltaChannel value is rebuilt from
+    them, for want of `delta_graph` (with it, a new root would store the value whole)."""
+    return policy.delta_graph is None and any(
+        protection is Protection.DELTA_HISTORY for protection in plan.kept.values()
+    )
 
 
 def _carry_out(

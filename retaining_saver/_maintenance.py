@@ -9,8 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
+from retaining_saver._accounting import Accounts
 from retaining_saver._effects import Flow, Performer, adrive, drive
-from retaining_saver._engine import RetentionReport, prune_pass, retention_pass
+from retaining_saver._engine import (
+    RetentionReport,
+    keeps_delta_walks,
+    planned_pass,
+    retention_pass,
+)
 from retaining_saver._errors import CleanupPermissionError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
@@ -37,6 +43,7 @@ class MaintenanceMixin(StorageMixin):
     policy: RetentionPolicy
     locks: ThreadLocks
     reclaimed: ReclaimedIds
+    accounts: Accounts
 
     def _policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         if policy is None:
@@ -269,7 +276,11 @@ class MaintenanceMixin(StorageMixin):
         self, thread_id: str, delta_graph: Pregel[Any, Any, Any, Any] | None
     ) -> Flow[Applied]:
         policy = self._policy(keep_latest_policy(delta_graph))
-        return prune_pass(thread_id, self._require_backend(), policy, datetime.now(UTC))
+        backend = self._require_backend()
+        _, plan, applied = yield from planned_pass(thread_id, backend, policy, datetime.now(UTC))
+        if keeps_delta_walks(plan, policy):
+            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "prune(strategy='keep_latest')")
+        return applied
 
     def _prune_ids(self, thread_ids: Sequence[str], strategy: str) -> list[str]:
         validate.require(
@@ -282,6 +293,13 @@ class MaintenanceMixin(StorageMixin):
 
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+DELTA_KEPT = "delta-kept"
+DELTA_KEPT_MESSAGE = (
+    "%s keeps the checkpoints a kept DeltaChannel value is rebuilt from, for want of "
+    "delta_graph (the threads' compiled graph, which stores the value whole at the "
+    "oldest kept checkpoint instead); logged once"
+)
 
 
 def keep_latest_policy(delta_graph: Pregel[Any, Any, Any, Any] | None = None) -> RetentionPolicy:

@@ -42,7 +42,8 @@ class RetentionPolicy:
         graft_duration_links: Remove duration-only chain links by re-parenting
             their children onto the link's parent.
         max_delete_per_run: At most this many deletions per thread; 0 plans
-            only; None is unbounded.
+            only; None is unbounded (as `RetainingSaver(retention=...)`, 64 per
+            admission).
         protect_checkpoint_ids: Ids that are never deleted.
         is_reclaimable_leaf: Replaces `is_duration_marker`. The clone and
             no-writes requirements stay.

@@ -35,6 +35,7 @@ from retaining_saver import _admission
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
@@ -64,7 +65,9 @@ Admission = Literal["auto", "explicit", "off"]
 _ADMISSIONS = ("auto", "explicit", "off")
 
 
-class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
+class RetainingSaver(
+    WritesMixin, CachePurgeMixin, BoundingMixin, MaintenanceMixin, DelegatingSaver
+):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
     It behaves exactly like `inner`, except that when a run is admitted on a
@@ -93,6 +96,12 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         reclaimed_id_ttl: How long the id of a reclaimed duplicate keeps naming
             the clone that survives it (a pinned read or run on it answers the
             clone; see `_reclaimed`).
+        retention: History rules applied to each thread as its runs are
+            admitted, after the stamps: a `RetentionPolicy` with
+            `history_keep_runs`, `compact_steps` or `keep_latest` (and the
+            `history_min_age` they require). Each admission deletes at most its
+            `max_delete_per_run` (None: `RETENTION_MAX_DELETE`, 64); see
+            `_bounding`. None (the default) keeps all history.
 
     Raises:
         TypeError: If `inner` is not a `BaseCheckpointSaver`, or a flag has the
@@ -115,6 +124,7 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         is_reclaimable_leaf: LeafPredicate | None = None,
         on_reclaim: Callable[[ReclaimEvent], None] | None = None,
         reclaimed_id_ttl: timedelta = RECLAIMED_ID_TTL,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         super().__init__(inner)
         for name, value in (
@@ -144,6 +154,14 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
                 "is_reclaimable_leaf", is_reclaimable_leaf
             ),
         )
+        self.retention = admission_retention(retention, self.policy)
+        validate.require(
+            retention is None or admission != "off",
+            ValueError,
+            "retention runs on admission: it needs admission='auto' or 'explicit', not 'off'",
+        )
+        # Per thread, how many more admissions may skip the history pass.
+        self.rooms = Rooms()
         if isinstance(inner, HistoryCache):
             caches.append(inner)
         self.strict = strict
@@ -262,7 +280,12 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         if self.one_round is None:
             head = self.inner.get_tuple(config)
             if self._nothing_to_reclaim(head, config):
-                return head
+                if not self._history_may_run(thread_id, head):
+                    return head
+                with self.locks.hold(thread_id):
+                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                    admitted = drive(flow, self.performer)
+                return self._recorded_history(admitted)
         with self.locks.hold(thread_id):
             flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, drive(flow, self.performer))
@@ -285,7 +308,12 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         if self.one_round is None:
             head = await self._aread_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
-                return head
+                if not self._history_may_run(thread_id, head):
+                    return head
+                async with self.locks.ahold(thread_id):
+                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                    admitted = await adrive(flow, self.performer)
+                return self._recorded_history(admitted)
         async with self.locks.ahold(thread_id):
             flow = self._admission_read(thread_id, config, head)
             admitted = self._noted(config, await adrive(flow, self.performer))
@@ -320,15 +348,16 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         Never raises for a cleanup failure; the result says what happened.
         """
         config = self._thread_config(thread_id, checkpoint_ns)
+        flow = self._explicit(thread_id, config)
         with self.locks.hold(thread_id):
-            admitted = self._noted(config, drive(self._explicit(thread_id, config), self.performer))
+            admitted = self._noted(config, drive(flow, self.performer))
         return self._record(config, admitted)[0]
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
+        flow = self._explicit(thread_id, config)
         async with self.locks.ahold(thread_id):
-            flow = self._explicit(thread_id, config)
             admitted = self._noted(config, await adrive(flow, self.performer))
         return self._record(config, admitted)[0]
 
@@ -420,20 +449,25 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
         flow = _admission.admit_read(
             thread_id, config, self.backend, self.policy, protected, head, self.one_round
         )
-        result, found = yield from self._failsafe(thread_id, flow, config)
-        return result, (yield from self._settle(found, config))
+        admitted = yield from self._failsafe(thread_id, flow, config)
+        return (yield from self._history_read(config, admitted))
 
     def _explicit(
-        self, thread_id: str, config: RunnableConfig, protected: frozenset[str] = frozenset()
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        protected: frozenset[str] = frozenset(),
     ) -> Flow[Admitted]:
         """Cleanup that looks the head up itself, without its values; `protected`: ids the
-        run addresses, never reclaimed."""
+        run addresses, never reclaimed; then the history pass, if due."""
         if self.backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
         if self.accounts.waiting():
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
         flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
-        return (yield from self._failsafe(thread_id, flow, config, read=False))
+        result, _ = yield from self._failsafe(thread_id, flow, config, read=False)
+        result, _ = yield from self._bound_history(config, result)
+        return result, None
 
     def _failsafe(
         self, thread_id: str, flow: Flow[Admitted], config: RunnableConfig, *, read: bool = True

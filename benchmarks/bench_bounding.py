@@ -1,0 +1,212 @@
+"""Bounded storage with no job to run: `RetainingSaver(inner, retention=...)` (issue #21).
+
+    python benchmarks/bench_bounding.py [--backends sqlite,postgres] [--turns 50,100,200]
+                                        [--reps N] [--skip-storage] [--skip-admission]
+
+Storage: the three-node chat of bench_storage.py (about 6.5 KB of new text a
+turn) written through `RetainingSaver(inner, retention=RetentionPolicy(
+history_keep_runs=10, history_min_age=timedelta(0)))`, with no engine call, on
+SQLite and Postgres. It prints rows and bytes per thread at each turn count,
+and how bytes grow from the shortest thread to the longest against how the
+live state (the head checkpoint, serialized) grows. Goal: within 1.2x.
+
+Admission cost (async, bench_admission.py's side-by-side machinery, ratios of
+medians; absolute times are context only), on every backend given:
+(a) below the horizon: a thread of 5 runs under a horizon of 10; the wrapped
+    admission read vs the bare read. Goal <= 1.05x.
+(b) at the horizon: a thread held at 10 runs; before each repetition (untimed)
+    one more run is written on the bare saver, so each wrapped admission read
+    runs a pass that deletes the run that fell beyond the horizon; vs the bare
+    read. Goal <= 1.5x.
+(c) a whole run of the chat on a thread at the horizon, wrapped (its admission
+    runs the pass) vs bare, side by side on two threads. Goal <= 1.1x.
+(d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
+    store): how many `aadmit` calls bring it to the horizon, each capped at 64
+    deletions, and the slowest of them over their median. Goal <= 5x.
+
+Nothing is asserted: the goals are printed next to the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import _common
+import bench_admission as admission
+import bench_storage as storage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver.testing.checks import integrity
+from retaining_saver.testing.graphs import chat_graph, thread, turn
+
+HORIZON = 10
+RETENTION = RetentionPolicy(history_keep_runs=HORIZON, history_min_age=timedelta(0))
+GROWTH_GOAL = 1.2
+
+
+# Storage
+
+
+def storage_rows(name: str, inner: BaseCheckpointSaver[Any], turns: Sequence[int]) -> list[Any]:
+    """Per turn count: a fresh thread written through the wrapper; its rows and bytes."""
+    saver = RetainingSaver(inner, retention=RETENTION)
+    rows: list[list[Any]] = []
+    found: dict[int, tuple[int, int]] = {}
+    for count in turns:
+        thread_id = f"bounded-{count}"
+        storage.build_chat(saver, thread_id, count)
+        stats = saver.storage_stats(thread_id)
+        live = storage._newest_row_bytes(saver, thread_id)
+        clean = integrity(inner, thread_id).clean
+        found[count] = (stats.bytes, live)
+        rows.append([name, count, stats.rows, f"{stats.bytes:,}", f"{live:,}", clean])
+    (low, low_live), (high, high_live) = found[min(turns)], found[max(turns)]
+    grows, live_grows = high / low, high_live / low_live
+    meets = "yes" if grows <= GROWTH_GOAL * live_grows else "NO"
+    growth = [name, f"{grows:.2f}", f"{live_grows:.2f}", f"{grows / live_grows:.2f}", meets]
+    return [rows, growth, saver.counters]
+
+
+def run_storage(kinds: Sequence[str], turns: Sequence[int]) -> None:
+    rows: list[Any] = []
+    growth: list[Any] = []
+    for kind in kinds:
+        if kind == "sqlite":
+            with (
+                tempfile.TemporaryDirectory() as directory,
+                storage.open_sqlite(directory) as (
+                    inner,
+                    _,
+                ),
+            ):
+                more, grown, counters = storage_rows(kind, inner, turns)
+        elif kind == "postgres":
+            server = _common.pg_server_dsn()
+            if (reason := _common.pg_unreachable(server)) is not None:
+                print(f"postgres skipped: {reason}")
+                continue
+            dsn = _common.create_database(server)
+            try:
+                with storage.open_postgres(dsn) as (inner, _):
+                    more, grown, counters = storage_rows(kind, inner, turns)
+            finally:
+                _common.drop_database(server, dsn)
+        else:
+            continue
+        rows += more
+        growth.append(grown)
+        print(f"{kind}: {counters}")
+    _common.print_table(
+        f"Rows and bytes per thread, the chat through retention=(history_keep_runs={HORIZON}), "
+        "no engine call",
+        ["backend", "turns", "rows", "bytes", "live state B", "integrity clean"],
+        rows,
+    )
+    _common.print_table(
+        f"Growth from {min(turns)} to {max(turns)} turns",
+        ["backend", "bytes ratio", "live state ratio", "bytes / live", f"<= {GROWTH_GOAL}x"],
+        growth,
+    )
+
+
+# Admission cost
+
+
+async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
+    figures: list[Any] = []
+    async with admission.open_saver(kind, directory) as inner:
+        saver = RetainingSaver(inner, retention=RETENTION)
+        await saver.acreate_retention_indexes()
+        bare = chat_graph(inner)
+        for thread_id, runs in (("below", HORIZON // 2), ("at", HORIZON), ("run-bare", HORIZON)):
+            for i in range(runs):
+                await bare.ainvoke(turn(i), thread(thread_id))
+        # The wrapped run's thread: through the wrapper, so it is held at the horizon.
+        wrapped = chat_graph(saver)
+        for i in range(HORIZON):
+            await wrapped.ainvoke(turn(i), thread("run-wrapped"))
+        await admission.analyze(inner)
+
+        times = await admission.admission_reads(saver, "below", reps, "attempted")
+        what = f"(a) below the horizon ({HORIZON // 2} runs): admission read / bare read"
+        figures.append(admission.figure(kind, what, times["wrapped"], times["bare"], 1.05))
+
+        added = iter(range(HORIZON, 10**9))
+
+        async def one_more_run() -> None:
+            await bare.ainvoke(turn(next(added)), thread("at"))
+
+        passes = saver.counters.history_passes
+        times = await admission.admission_reads(saver, "at", reps, "attempted", before=one_more_run)
+        if saver.counters.history_passes - passes != admission.WARMUP + reps:
+            raise RuntimeError("not every admission at the horizon ran a pass")
+        what = f"(b) at the horizon ({HORIZON} runs, a pass each): admission read / bare read"
+        figures.append(admission.figure(kind, what, times["wrapped"], times["bare"], 1.5))
+
+        runs = iter(range(HORIZON, 10**9))
+
+        times = await admission.side_by_side(
+            max(reps // 4, 20),
+            {
+                "wrapped": lambda: wrapped.ainvoke(turn(next(runs)), thread("run-wrapped")),
+                "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
+            },
+        )
+        what = "(c) a whole run at the horizon: wrapped / bare"
+        figures.append(admission.figure(kind, what, times["wrapped"], times["bare"], 1.1))
+        held = await saver.astorage_stats("run-wrapped")
+        print(f"{kind}: run-wrapped holds {next(iter(held.tables.values())).rows} checkpoints")
+        figures.append(await legacy_figure(kind, saver))
+    return figures
+
+
+async def legacy_figure(kind: str, saver: RetainingSaver) -> Any:
+    """(d): admissions until a 10,000-checkpoint thread holds the horizon's runs."""
+    await admission.write_chain(saver.inner, "legacy", admission.BIG, run_length=4)
+    await admission.analyze(saver.inner)
+    times: list[float] = []
+    while len(times) < admission.BIG:
+        elapsed, _ = await admission.timed(lambda: saver.aadmit("legacy"))
+        times.append(elapsed)
+        held = await saver.astorage_stats("legacy")
+        if next(iter(held.tables.values())).rows <= 4 * HORIZON:
+            break
+    what = f"(d) legacy 10k: {len(times)} admissions to the horizon; slowest / median"
+    median = _common.median(times)
+    return admission.figure(kind, what, [max(times)], [median], 5.0)
+
+
+async def run_admission(kinds: Sequence[str], reps: int) -> None:
+    figures: list[Any] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for kind in kinds:
+            if kind == "postgres" and _common.pg_unreachable(_common.pg_server_dsn()):
+                print("postgres skipped: unreachable")
+                continue
+            figures += await admission_figures(kind, reps, directory)
+    admission.show(figures, reps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--backends", default="memory,sqlite,postgres")
+    parser.add_argument("--turns", default="50,100,200")
+    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--skip-storage", action="store_true")
+    parser.add_argument("--skip-admission", action="store_true")
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.backends.split(",") if k.strip()]
+    if not args.skip_storage:
+        run_storage(kinds, [int(t) for t in args.turns.split(",")])
+    if not args.skip_admission:
+        asyncio.run(run_admission(kinds, args.reps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""Bounded history on admission: the `retention=` policy, a capped pass per run.
+
+With `RetainingSaver(inner, retention=RetentionPolicy(history_keep_runs=N, ...))`
+each admission (the automatic one and `admit`/`aadmit`), after its stamp
+cleanup and under the same thread lock, runs the engine's own pass over the
+thread with that policy: the lineage (no channel blobs on Postgres), the
+rules' plan, caches invalidated, the plan carried out in one guarded
+transaction. What differs from `enforce_thread_retention`:
+
+- the pass is capped by the policy's `max_delete_per_run`, `RETENTION_MAX_DELETE`
+  when the policy leaves it None, so that no run waits for a large cleanup
+  (a legacy thread converges over successive runs);
+- the ids the run addresses (`checkpoint_id`, `checkpoint_map`) are protected;
+- it is skipped, without a read, while the thread cannot have crossed its
+  horizon: after a pass that left the head line `k` runs, the next `N - k`
+  admissions of this process add at most one run each (`Rooms`);
+- a failure never fails the run: it is logged once and counted.
+
+The pass runs before the run's first read returns (inline, bounded by the cap),
+so the run reads a thread the pass is done with, and the head it reads is read
+again when the pass changed the thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+
+from retaining_saver import _admission, _rules
+from retaining_saver._accounting import Accounts
+from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._effects import Flow, Lookup
+from retaining_saver._engine import keeps_delta_walks, planned_pass
+from retaining_saver._lru import BoundedLru
+from retaining_saver._maintenance import DELTA_KEPT, DELTA_KEPT_MESSAGE
+from retaining_saver._reclaimed import ReclaimedIds
+from retaining_saver._rules import (
+    CheckpointNode,
+    Lineage,
+    NodeKey,
+    Plan,
+    Protection,
+    RetentionPolicy,
+    Skip,
+    split_runs,
+)
+from retaining_saver._stamps import OwnStamps
+from retaining_saver.backends._apply import Applied
+from retaining_saver.backends._base import Backend
+
+RETENTION_MAX_DELETE = 64
+"""Deletions one admission's history pass may make when the `retention` policy's
+`max_delete_per_run` is None: about a dozen runs of a small graph."""
+
+ROOMS_TRACKED = 10_000
+"""Threads whose room under the horizon this process remembers (least recent go)."""
+
+HISTORY_FAILED = "history-failed"
+
+UNSETTLED = -1
+"""A room after a pass that left work for later: every admission is due."""
+
+_WAITING = frozenset({Protection.TOO_YOUNG, Protection.YOUNG_PARENT})
+"""What a later pass may delete with no new run: the same checkpoints, once older."""
+
+
+def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> RetentionPolicy | None:
+    """The policy each admission's history pass runs, from the `retention` flag.
+
+    The saver's `protect_checkpoint_ids` and `is_reclaimable_leaf` join it, and
+    its cap defaults to `RETENTION_MAX_DELETE`.
+
+    Raises:
+        TypeError: If `retention` is not a `RetentionPolicy` or None.
+        ValueError: If it turns on no history rule, or caps a pass at 0.
+    """
+    if retention is None:
+        return None
+    if not isinstance(retention, RetentionPolicy):
+        raise TypeError(f"retention must be a RetentionPolicy or None, got {retention!r}")
+    if not retention.history_rules:
+        raise ValueError(
+            "retention must turn on a history rule (history_keep_runs, compact_steps or "
+            "keep_latest); the stamps are admission's own work"
+        )
+    if retention.max_delete_per_run == 0:
+        raise ValueError(
+            "retention.max_delete_per_run=0 would delete nothing on admission: "
+            f"leave it None (at most {RETENTION_MAX_DELETE} a run) or give a positive cap"
+        )
+    cap = retention.max_delete_per_run
+    return dataclasses.replace(
+        retention,
+        max_delete_per_run=RETENTION_MAX_DELETE if cap is None else cap,
+        protect_checkpoint_ids=retention.protect_checkpoint_ids
+        | saver_policy.protect_checkpoint_ids,
+        is_reclaimable_leaf=retention.is_reclaimable_leaf or saver_policy.is_reclaimable_leaf,
+    )
+
+
+@dataclass(frozen=True)
+class _Room:
+    left: int
+    head_id: str | None
+
+
+class Rooms:
+    """Per thread, whether an admission may skip the history pass, without a read.
+
+    After a pass that left the root head line `k` runs under a horizon of `N`,
+    `N - k` more admissions may: each adds at most one run (a run without new
+    input adds none). An admission that finds the head it found last time
+    (nothing written since) may too. A thread it does not know (first seen,
+    or forgotten) is due, and so is every admission after a pass that left
+    work for later (`UNSETTLED`). Runs another process adds are not counted
+    here; that process's own admissions bound them.
+    """
+
+    def __init__(self) -> None:
+        self._rooms: BoundedLru[str, _Room] = BoundedLru(ROOMS_TRACKED)
+        self._lock = threading.Lock()
+
+    def due(self, thread_id: str, head_id: str | None) -> bool:
+        """Whether this admission, at `head_id`, runs the pass; if not, the room it used
+        is taken."""
+        with self._lock:
+            room = self._rooms.get(thread_id)
+            if room is None or room.left < 0 or (room.head_id != head_id and not room.left):
+                return True
+            if room.head_id != head_id:
+                self._rooms.put(thread_id, _Room(room.left - 1, head_id))
+            return False
+
+    def would_skip(self, thread_id: str, head_id: str | None) -> bool:
+        """`not due(...)`, without counting the admission."""
+        with self._lock:
+            room = self._rooms.get(thread_id)
+        return room is not None and room.left >= 0 and (room.head_id == head_id or room.left > 0)
+
+    def left(self, thread_id: str, left: int, head_id: str | None) -> None:
+        with self._lock:
+            self._rooms.put(thread_id, _Room(left, head_id))
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._rooms.pop(thread_id)
+
+
+def converging_plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
+    """The rules' plan, or, where the cap would defer it, a wider horizon's plan that fits.
+
+    A capped pass defers the stretch beyond the horizon whole when it is larger
+    than the cap (issue #19), so a legacy thread would never shrink. A wider
+    horizon (`N' > N`) is a policy the rules plan with the same proofs, keeping
+    more: its stretch is the oldest part of the first one, and its successor
+    becomes the new root. When the runs beyond the horizon hold more
+    checkpoints than the cap (by the thread's average run), the widest `N'`
+    whose plan defers nothing is taken, halving the runs it deletes from the
+    cap's estimate down to one; successive admissions narrow the thread to `N`.
+    """
+    horizon, cap = policy.history_keep_runs, policy.max_delete_per_run
+    if horizon is not None and cap is not None:
+        runs = len(head_line_runs(lineage, lineage.heads().get("")))
+        per_run = max(len(lineage.nodes) // max(runs, 1), 1)
+        take = min(max(cap // per_run, 1), runs - horizon)
+        while 1 <= take < runs - horizon:
+            wider = dataclasses.replace(policy, history_keep_runs=runs - take)
+            plan = _rules.plan_retention(lineage, wider, now)
+            if not plan.deferred and plan.deletions:
+                return plan
+            take //= 2
+    return _rules.plan_retention(lineage, policy, now)
+
+
+def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[CheckpointNode]]:
+    """The runs of the root namespace's line ending at `head_id`, oldest first."""
+    line = []
+    node = lineage.nodes.get(("", head_id)) if head_id is not None else None
+    while node is not None:
+        line.append(node)
+        node = lineage.parent(node)
+    return split_runs(line[::-1])
+
+
+def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionPolicy) -> int:
+    """How many admissions that add a run may skip the pass after this one (see
+    `Rooms`); `UNSETTLED` if the pass may have left work for later: deferred or
+    dropped deletions, checkpoints kept only while they are young, or more runs
+    than the horizon."""
+    horizon = policy.history_keep_runs
+    if plan.deferred or applied.dropped or _WAITING.intersection(plan.kept.values()):
+        return UNSETTLED
+    if horizon is None:
+        return 0
+    gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
+    runs = head_line_runs(lineage, plan.heads.get(""))
+    kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
+    # More runs than the horizon: a wider one's pass (`converging_plan`), or kept runs.
+    return horizon - kept if kept <= horizon else UNSETTLED
+
+
+class BoundingMixin:
+    """The history pass `RetainingSaver` runs on admission with its `retention` policy."""
+
+    backend: Backend | None
+    accounts: Accounts
+    reclaimed: ReclaimedIds
+    stamps: OwnStamps | None
+    retention: RetentionPolicy | None
+    rooms: Rooms
+    _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
+
+    def _history_may_run(self, thread_id: str, head: CheckpointTuple | None) -> bool:
+        """Whether an admission that reclaims nothing at `head` takes the lock for the
+        history pass (else it is counted as skipped)."""
+        if self.retention is None or self.backend is None:
+            return False
+        head_id = head.checkpoint["id"] if head is not None else None
+        if not self.rooms.would_skip(thread_id, head_id):
+            return True
+        self.rooms.due(thread_id, head_id)
+        self.accounts.count("history_skipped")
+        return False
+
+    def _history_read(self, config: RunnableConfig, admitted: Admitted) -> Flow[Admitted]:
+        """The history pass after the stamps, if due; the run's head, read again if the
+        pass changed the thread."""
+        result, found = admitted
+        result, changed = yield from self._bound_history(config, result)
+        if changed:
+            found = yield Lookup(config)
+        return result, (yield from self._settle(found, config))
+
+    def _unreclaimed(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
+        """An admission whose read found nothing to reclaim at `head`."""
+        head_id = head.checkpoint["id"] if head is not None else None
+        empty = Skip.EMPTY_THREAD if head is None else None
+        return AdmissionResult(thread_id, (), empty, head_id), head
+
+    def _recorded_history(self, admitted: Admitted) -> CheckpointTuple | None:
+        """Account for a history pass alone (the admission itself was counted)."""
+        self.accounts.record_history(admitted[0])
+        return admitted[1]
+
+    def _bound_history(
+        self, config: RunnableConfig, result: AdmissionResult
+    ) -> Flow[tuple[AdmissionResult, bool]]:
+        """`result` with what the history pass deleted, if one was due, and whether it
+        changed the thread.
+
+        Run under the thread's lock, after the stamps. Never raises.
+        """
+        policy, backend, thread_id = self.retention, self.backend, result.thread_id
+        if policy is None or backend is None or self.accounts.waiting():
+            return result, False
+        if not self.rooms.due(thread_id, result.head_id):
+            self.accounts.count("history_skipped")
+            return result, False
+        if result.skipped is Skip.EMPTY_THREAD:
+            self.rooms.left(thread_id, policy.history_keep_runs or 0, None)
+            return result, False
+        protected = _admission.run_selectors(config)
+        if protected:
+            merged = policy.protect_checkpoint_ids | protected
+            policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
+        self.accounts.count("history_passes")
+        try:
+            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC), converging_plan)
+            lineage, plan, applied = yield from flow
+        except Exception as error:
+            self.rooms.forget(thread_id)
+            problem = backend.permission_problem(error)
+            if problem is not None:
+                self.accounts.failure(thread_id, error, problem)
+            self.accounts.count("history_failed")
+            self.accounts.once(
+                HISTORY_FAILED,
+                "the retention policy's pass over thread %s failed; the run proceeds "
+                "(logged once, counted in counters.history_failed): %r",
+                thread_id,
+                error,
+            )
+            return result, False
+        if keeps_delta_walks(plan, policy):
+            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
+        self.rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
+        deleted = self._noted_history(thread_id, applied)
+        changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
+        return dataclasses.replace(result, history_reclaimed=deleted), changed
+
+    def _noted_history(self, thread_id: str, applied: Applied) -> tuple[NodeKey, ...]:
+        """Under the thread's lock: each deleted clone's id names what it cloned, and no
+        stamp this process remembers is one that went."""
+        for deletion in applied.deleted:
+            key = (thread_id, deletion.checkpoint_ns, deletion.checkpoint_id)
+            if deletion.clone_of is not None:
+                self.reclaimed.note(key, deletion.clone_of)
+            if self.stamps is not None and not deletion.checkpoint_ns:
+                self.stamps.forget(thread_id, deletion.checkpoint_id)
+        return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
