@@ -168,7 +168,8 @@ class MaintenanceMixin:
         self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", delta_graph: Any = None
     ) -> Any:
         """Prune the given threads: `"keep_latest"` keeps only the latest checkpoint of
-        each namespace, `"delete"` deletes the threads, as upstream's `prune` means.
+        each namespace, `"delete"` deletes the threads, as upstream's `prune` means;
+        `"delete_all"`, the name LangGraph's Agent Server passes, is `"delete"`.
 
         On a supported saver (whether or not it implements `prune` itself),
         `"keep_latest"` runs the engine with `keep_latest`: also kept are a
@@ -186,7 +187,7 @@ class MaintenanceMixin:
             return self._inner_prune(thread_ids, strategy)  # what it answers, as bare
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
-            if strategy == "delete":
+            if strategy in DELETE_STRATEGIES:
                 self.delete_thread(thread_id)
                 continue
             # Its policy takes no duplicate (no clone's id to remember).
@@ -202,7 +203,7 @@ class MaintenanceMixin:
             return await self._inner_aprune(thread_ids, strategy)
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
-            if strategy == "delete":
+            if strategy in DELETE_STRATEGIES:
                 await self.adelete_thread(thread_id)
                 continue
             flow = self._prune_pass(thread_id, delta_graph)
@@ -270,7 +271,11 @@ class MaintenanceMixin:
         return await backend.aread(backend.stats(thread_id))
 
 
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+
+# Both delete the threads whole: upstream's base class names `"delete"`, the Agent
+# Server's sweep passes `"delete_all"`.
+DELETE_STRATEGIES = ("delete", "delete_all")
 
 
 def _keep_latest(delta_graph: Any) -> RetentionPolicy:
