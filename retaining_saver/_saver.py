@@ -53,6 +53,7 @@ from retaining_saver._rules import (
     marker_shape,
 )
 from retaining_saver._stamps import OwnStamps
+from retaining_saver._thread_ops import ThreadOpsMixin
 from retaining_saver._writes import WritesMixin, pinned_to, well_formed
 from retaining_saver.backends import backend_for, backend_name
 from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
@@ -63,8 +64,16 @@ Admission = Literal["auto", "explicit", "off"]
 
 _ADMISSIONS = ("auto", "explicit", "off")
 
+# What the wrapper implements itself over a supported saver, which the Agent Server and
+# the conformance suite detect on its class.
+_PROVIDED = frozenset(
+    {"prune", "aprune", "delete_for_runs", "adelete_for_runs", "copy_thread", "acopy_thread"}
+)
 
-class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingSaver):
+
+class RetainingSaver(
+    WritesMixin, ThreadOpsMixin, CachePurgeMixin, MaintenanceMixin, DelegatingSaver
+):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
     It behaves exactly like `inner`, except that when a run is admitted on a
@@ -190,9 +199,10 @@ class RetainingSaver(WritesMixin, CachePurgeMixin, MaintenanceMixin, DelegatingS
 
     @classmethod
     def provided_for(cls, inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
-        """`prune` and `aprune` on every supported saver: the engine's, which keeps
-        DeltaChannel values and pending writes (see `MaintenanceMixin.prune`)."""
-        return frozenset({"prune", "aprune"}) if backend_name(inner) is not None else frozenset()
+        """On every supported saver: `prune` and `aprune`, the engine's, which keeps
+        DeltaChannel values and pending writes (see `MaintenanceMixin.prune`); and
+        `delete_for_runs`, `copy_thread` and their async twins (`ThreadOpsMixin`)."""
+        return _PROVIDED if backend_name(inner) is not None else frozenset()
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Self:
         """The inner saver's allowlist clone, wrapped; locks and counters are shared."""

@@ -50,8 +50,10 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sql_threads import SqlThreads
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
+from retaining_saver.backends._sqlite_threads import THREAD_SQL
 
 logger = logging.getLogger("retaining_saver")
 
@@ -293,13 +295,14 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission):
+class SqliteBackend(SqliteAdmission, SqlThreads):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
     tables = ("checkpoints", "writes")
     stores_blobs = False
     sql = SQL
+    thread_sql = THREAD_SQL
     saver: SqliteSaver | AsyncSqliteSaver
 
     # Drivers
