@@ -111,8 +111,9 @@ class MemoryThreads:
             saver = self.saver
             for ns, rows in list(saver.storage.get(source_thread_id, {}).items()):
                 target = saver.storage[target_thread_id][ns]
-                for checkpoint_id, row in list(rows.items()):
-                    put(target, checkpoint_id, row)
+                for checkpoint_id, (checkpoint, metadata, parent_id) in list(rows.items()):
+                    renamed = _renamed_metadata(saver.serde, metadata, target_thread_id)
+                    put(target, checkpoint_id, (checkpoint, renamed, parent_id))
             for table in (saver.writes, saver.blobs):
                 for key, value in list(table.items()):
                     if key[0] == source_thread_id and value:
@@ -123,6 +124,15 @@ class MemoryThreads:
                     put(records, (target_thread_id, *key[1:]), value)
 
         yield statement
+
+
+def _renamed_metadata(serde: Any, metadata: Any, thread_id: str) -> Any:
+    """Stored metadata whose `thread_id`, if it has one, names `thread_id` (as the Agent
+    Server's own copy writes it); else as it was."""
+    loaded = serde.loads_typed(metadata)
+    if not isinstance(loaded, dict) or "thread_id" not in loaded:
+        return metadata
+    return serde.dumps_typed({**loaded, "thread_id": thread_id})
 
 
 def _run(metadata: Any) -> str | None:

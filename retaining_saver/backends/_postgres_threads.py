@@ -16,10 +16,14 @@ SELECT_THREAD_EXISTS_SQL = """
 SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s) AS found
 """
 
+# Binds the target, the target again (a `thread_id` in metadata names the copy, as the
+# Agent Server's own copy writes it), then the source.
 COPY_CHECKPOINTS_SQL = """
 INSERT INTO checkpoints
     (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
-SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
+    CASE WHEN metadata ? 'thread_id'
+        THEN jsonb_set(metadata, '{thread_id}', to_jsonb(%s::text)) ELSE metadata END
 FROM checkpoints WHERE thread_id = %s
 """
 

@@ -69,8 +69,8 @@ class SqlThreads(SqlBackend):
         return bool(rows) and bool(rows[0]["found"])
 
     def copy_rows(self, source_thread_id: str, target_thread_id: str) -> Op[None]:
-        params = (str(target_thread_id), str(source_thread_id))
-        yield Statement(self.thread_sql.copy_checkpoints, params)
+        target, params = str(target_thread_id), (str(target_thread_id), str(source_thread_id))
+        yield Statement(self.thread_sql.copy_checkpoints, (target, *params))
         yield Statement(self.thread_sql.copy_writes, params)
         if self.thread_sql.copy_blobs is not None:
             yield Statement(self.thread_sql.copy_blobs, params)

@@ -15,10 +15,14 @@ SELECT_THREAD_EXISTS_SQL = """
 SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = ?) AS found
 """
 
+# Binds the target, the target again (a `thread_id` in metadata names the copy, as the
+# Agent Server's own copy writes it), then the source.
 COPY_CHECKPOINTS_SQL = """
 INSERT INTO checkpoints
     (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
-SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
+    CASE WHEN json_type(CAST(metadata AS TEXT), '$.thread_id') IS NULL THEN metadata
+        ELSE CAST(json_set(CAST(metadata AS TEXT), '$.thread_id', ?) AS BLOB) END
 FROM checkpoints WHERE thread_id = ?
 """
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
 from law_kit import Flavor, checkpoint_id_of, law_graph, listing, state_view, user_turn
 from savers import KINDS, open_async, open_sync
@@ -217,7 +218,10 @@ def test_a_copy_reads_lists_resumes_and_forks_as_its_source(
         ]
         for source, copy in zip(*histories, strict=True):
             assert state_view(source) == state_view(copy)
-            assert source.metadata == copy.metadata
+            assert copy.metadata == {
+                **source.metadata,
+                **({"thread_id": TWIN} if "thread_id" in source.metadata else {}),
+            }
             assert checkpoint_id_of(source.parent_config) == checkpoint_id_of(copy.parent_config)
         with pytest.raises(ValueError, match="already has checkpoints"):
             saver.copy_thread(TARGET, TWIN)
@@ -269,3 +273,21 @@ def test_bad_arguments_name_themselves() -> None:
     with pytest.raises(ValueError, match="two thread ids"):
         saver.copy_thread("a", "a")
     saver.delete_for_runs([])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_copy_names_its_own_thread_in_metadata(kind: str, request: pytest.FixtureRequest) -> None:
+    """The Agent Server writes `thread_id` into each checkpoint's metadata, and its own copy
+    names the new thread there; so does this one. Other keys are copied as they are."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        parent: RunnableConfig = thread_in(TARGET, "")
+        for step in range(2):  # as the server's adapter enriches each put's metadata
+            metadata: Any = {"source": "loop", "step": step, "thread_id": TARGET, "graph_id": "g"}
+            parent = saver.put(parent, empty_checkpoint(), metadata, {})
+        saver.copy_thread(TARGET, TWIN)
+        listed = [list(inner.list(thread(t))) for t in (TARGET, TWIN)]  # one at a time
+        assert len(listed[0]) == 2
+        for source, copy in zip(*listed, strict=True):
+            assert source.metadata["thread_id"] == TARGET
+            assert copy.metadata == {**source.metadata, "thread_id": TWIN}
