@@ -20,6 +20,7 @@ class Reason(StrEnum):
     GRAFTED_DURATION_LINK = "grafted-duration-link"
     BEYOND_HORIZON = "beyond-history-horizon"
     COMPACTED_STEP = "compacted-step"
+    RUN_REMOVED = "run-removed"
 
 
 class Protection(StrEnum):

@@ -101,8 +101,12 @@ class BoundedLru(Generic[K, V]):
 
     def drop_where(self, doomed: Callable[[K], bool]) -> None:
         """Forget every key `doomed` answers True for."""
+        self.drop_entries(lambda key, _: doomed(key))
+
+    def drop_entries(self, doomed: Callable[[K, V], bool]) -> None:
+        """Forget every entry `doomed(key, value)` answers True for."""
         with self._lock:
-            for key in [k for k in self._entries if doomed(k)]:
+            for key in [k for k, (v, _) in self._entries.items() if doomed(k, v)]:
                 self._pop(key)
 
     def _pop(self, key: K) -> V | None:

@@ -222,7 +222,8 @@ class MaintenanceMixin(StorageMixin):
         delta_graph: Pregel[Any, Any, Any, Any] | None = None,
     ) -> None:
         """Prune the given threads: `"keep_latest"` keeps only the latest checkpoint of
-        each namespace, `"delete"` deletes the threads, as upstream's `prune` means.
+        each namespace, `"delete"` deletes the threads, as upstream's `prune` means;
+        `"delete_all"`, the name LangGraph's Agent Server passes, is `"delete"`.
 
         On a supported saver (whether or not it implements `prune` itself),
         `"keep_latest"` runs the engine with `keep_latest`: also kept are a
@@ -242,7 +243,7 @@ class MaintenanceMixin(StorageMixin):
             return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
-            if strategy == "delete":
+            if strategy in DELETE_STRATEGIES:
                 self.delete_thread(thread_id)
                 continue
             # Its policy takes no duplicate (no clone's id to remember).
@@ -263,7 +264,7 @@ class MaintenanceMixin(StorageMixin):
             return answer
         ids = self._prune_ids(thread_ids, strategy)
         for thread_id in ids:
-            if strategy == "delete":
+            if strategy in DELETE_STRATEGIES:
                 await self.adelete_thread(thread_id)
                 continue
             flow = self._prune_pass(thread_id, delta_graph)
@@ -292,7 +293,11 @@ class MaintenanceMixin(StorageMixin):
         return list(found or ())
 
 
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+
+# Both delete the threads whole: upstream's base class names `"delete"`, the Agent
+# Server's sweep passes `"delete_all"`.
+DELETE_STRATEGIES = ("delete", "delete_all")
 
 DELTA_KEPT = "delta-kept"
 DELTA_KEPT_MESSAGE = (

@@ -11,8 +11,8 @@ from retaining_saver._effects import Invalidate, Performer
 
 
 class CachePurgeMixin:
-    """`delete_thread`, an unsupported saver's `prune`, and `delete_for_runs`, with the
-    history caches purged.
+    """`delete_thread`, and an unsupported saver's `prune` and `delete_for_runs`, with
+    the history caches purged.
 
     A purge that fails before the deletion stops it; the inner saver's result
     is returned unchanged.
@@ -37,10 +37,12 @@ class CachePurgeMixin:
         deleting = self.inner.aprune(thread_ids, strategy=strategy)
         return await self._apurging(_thread_list(thread_ids), deleting)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Any:
+    def _inner_delete_for_runs(self, run_ids: Sequence[str]) -> Any:
+        """The inner saver's own `delete_for_runs`, for a saver whose storage is not
+        supported: it may touch any thread, so every cache is purged."""
         return self._purging([None], lambda: self.inner.delete_for_runs(run_ids))
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
+    async def _inner_adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
         return await self._apurging([None], self.inner.adelete_for_runs(run_ids))
 
     def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:

@@ -20,6 +20,7 @@ entries of fixed size, which its writes consult under the per-thread lock.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from datetime import timedelta
 
 from retaining_saver._lru import BoundedLru
@@ -70,3 +71,10 @@ class ReclaimedIds:
     def forget_thread(self, thread_id: str) -> None:
         """Forget every reclaim of `thread_id` (its checkpoints were all deleted)."""
         self._clones.drop_where(lambda key: key[0] == thread_id)
+
+    def forget_clones(self, thread_id: str, gone: Collection[tuple[str, str]]) -> None:
+        """Forget each reclaim of `thread_id` that resolves to a checkpoint in `gone`
+        ((namespace, id) pairs, deleted since)."""
+        self._clones.drop_entries(
+            lambda key, value: key[0] == thread_id and (key[1], value[0]) in gone
+        )

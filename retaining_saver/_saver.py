@@ -54,8 +54,9 @@ from retaining_saver._rules import (
     marker_shape,
 )
 from retaining_saver._stamps import OwnStamps
+from retaining_saver._thread_ops import ThreadOpsMixin
 from retaining_saver._writes import WritesMixin, pinned_to, well_formed
-from retaining_saver.backends import backend_for, backend_name
+from retaining_saver.backends import backend_for, backend_name, store_overrides, supported_base
 from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
 
 logger = logging.getLogger("retaining_saver")
@@ -64,9 +65,15 @@ Admission = Literal["auto", "explicit", "off"]
 
 _ADMISSIONS = ("auto", "explicit", "off")
 
+# What the wrapper implements itself over a supported saver, which the Agent Server and
+# the conformance suite detect on its class.
+_PROVIDED = frozenset(
+    {"prune", "aprune", "delete_for_runs", "adelete_for_runs", "copy_thread", "acopy_thread"}
+)
+
 
 class RetainingSaver(
-    WritesMixin, CachePurgeMixin, BoundingMixin, MaintenanceMixin, DelegatingSaver
+    WritesMixin, ThreadOpsMixin, CachePurgeMixin, BoundingMixin, MaintenanceMixin, DelegatingSaver
 ):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
@@ -174,11 +181,7 @@ class RetainingSaver(
         if self.backend is None:
             if strict:
                 raise UnsupportedSaverError(type(inner))
-            warnings.warn(
-                f"RetainingSaver: {type(inner).__qualname__} is not a supported saver; "
-                "it is passed through with cleanup disabled",
-                stacklevel=2,
-            )
+            warnings.warn(_unsupported_warning(type(inner)), stacklevel=2)
         # Counters, the log, `on_reclaim`, and the back-off after a refused privilege.
         self.accounts = Accounts(on_reclaim)
         # What the cleanup flows' effects act on: the saver, its backend, the caches.
@@ -208,9 +211,10 @@ class RetainingSaver(
 
     @classmethod
     def provided_for(cls, inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
-        """`prune` and `aprune` on every supported saver: the engine's, which keeps
-        DeltaChannel values and pending writes (see `MaintenanceMixin.prune`)."""
-        return frozenset({"prune", "aprune"}) if backend_name(inner) is not None else frozenset()
+        """On every supported saver: `prune` and `aprune`, the engine's, which keeps
+        DeltaChannel values and pending writes (see `MaintenanceMixin.prune`); and
+        `delete_for_runs`, `copy_thread` and their async twins (`ThreadOpsMixin`)."""
+        return _PROVIDED if backend_name(inner) is not None else frozenset()
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Self:
         """The inner saver's allowlist clone, wrapped; locks and counters are shared."""
@@ -531,3 +535,21 @@ class RetainingSaver(
             return answer
         rebuilt = yield from self.retry.history(answer, config, channels)
         return cast(Mapping[str, DeltaChannelHistory], rebuilt)
+
+
+def _unsupported_warning(saver_type: type) -> str:
+    """Why `saver_type` is passed through: not a supported saver, or a subclass of one that
+    redefines how it stores (the names it redefines)."""
+    name = saver_type.__qualname__
+    overrides = store_overrides(saver_type)
+    base = supported_base(saver_type)
+    if base is None or not overrides:
+        return (
+            f"RetainingSaver: {name} is not a supported saver; "
+            "it is passed through with cleanup disabled"
+        )
+    return (
+        f"RetainingSaver: {name} subclasses {base.__qualname__} but redefines "
+        f"{', '.join(overrides)}, which {base.__qualname__} reads or writes its store with; "
+        "it is passed through with cleanup disabled"
+    )

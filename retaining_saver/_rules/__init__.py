@@ -5,9 +5,10 @@ thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
 leaves, and what a step proved), `_plan` (a thread's plan), `_history`
 (the history rules), `_reads` (what a checkpoint they keep reads from its
 ancestors) and `_runs` (the runs, steps, DeltaChannel walks and subgraph
-namespaces those rules read). `_legend` holds one line per reason and
-protection (`explain`), which the command line's legend and `docs/rules.md`
-(anchored by value) use. This page is their table of contents.
+namespaces those rules read) and `_runs_removal` (what `delete_for_runs`
+removes). `_legend` holds one line per reason and protection (`explain`),
+which the command line's legend and `docs/rules.md` (anchored by value) use.
+This page is their table of contents.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
@@ -40,6 +41,12 @@ it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verd
 |                              |           | `loop` checkpoint; older than                 |
 |                              |           | `history_min_age`; the next kept checkpoint   |
 |                              |           | is re-parented onto the previous kept one     |
+| removed run                  | on call   | `delete_for_runs`: metadata `run_id` names a  |
+|                              | (graft,   | run given, or a subgraph call under such a    |
+|                              | root)     | root checkpoint; what a kept checkpoint's     |
+|                              |           | DeltaChannel walk reads stays. Kept children  |
+|                              |           | go onto the nearest kept ancestor (`_runs_    |
+|                              |           | removal`)                                     |
 
 A run is the checkpoints of a line from a `source == "input"` checkpoint up to
 the last before the next input checkpoint (what precedes the first input is a
@@ -153,6 +160,7 @@ from retaining_saver._rules._runs import (
     split_runs,
     uses_delta_channels,
 )
+from retaining_saver._rules._runs_removal import RUN_ID_KEY, plan_run_removal, run_of
 
 __all__ = [
     "DELTA_METADATA_KEY",
@@ -160,6 +168,7 @@ __all__ = [
     "DURATION_MARKER",
     "MAX_STACKED_LEAVES",
     "RUN_HISTORY_KEYS",
+    "RUN_ID_KEY",
     "BlobKey",
     "CheckpointNode",
     "Deletion",
@@ -191,7 +200,9 @@ __all__ = [
     "may_have_marker",
     "parent_skip",
     "plan_retention",
+    "plan_run_removal",
     "root_holds",
+    "run_of",
     "split_runs",
     "untaken_skip",
     "uses_delta_channels",

@@ -35,6 +35,10 @@ REASONS: Mapping[Reason, str] = MappingProxyType(
             "a super-step between a finished run's first and last one (--compact-steps), "
             "older than the TTL (--min-age)"
         ),
+        Reason.RUN_REMOVED: (
+            "written by a run delete_for_runs removes; its children are re-parented "
+            "onto the nearest surviving ancestor"
+        ),
     }
 )
 

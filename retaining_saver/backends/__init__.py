@@ -1,8 +1,13 @@
 """Storage backends: each loads a thread's lineage and carries out plans.
 
-A backend is chosen by the exact type of the wrapped saver. A subclass may
-store rows differently, so it is not recognised: no statement of ours ever
-reaches a saver whose layout we have not tested.
+A backend is chosen by the type of the wrapped saver: one of the supported
+savers, or a subclass of one that stores as it does. A subclass that redefines
+anything the supported saver's own classes define (a read, a write, a version
+scheme, a statement text, an internal helper) may store rows differently, so it is
+not recognised: no statement of ours ever reaches a saver whose layout we have not
+tested. One that only adds methods (an `adelete_for_runs` an app gives
+`AsyncSqliteSaver`), or implements a `BaseCheckpointSaver` method the supported
+saver leaves to the base, or overrides `__init__`, stores as its base does.
 """
 
 from __future__ import annotations
@@ -28,10 +33,41 @@ _SUPPORTED: dict[tuple[str, str], str] = {
 }
 
 
+def supported_base(saver_type: type) -> type | None:
+    """The supported saver `saver_type` is or subclasses, nearest first; None if none."""
+    return next((k for k in saver_type.__mro__ if _key(k) in _SUPPORTED), None)
+
+
+def store_overrides(saver_type: type) -> list[str]:
+    """What a subclass of a supported saver redefines of how that saver stores: the names
+    the supported saver's own classes define (not `BaseCheckpointSaver`'s, nor dunder
+    names) that a class between them defines again. Empty for a supported saver itself
+    and for a type that subclasses none."""
+    base = supported_base(saver_type)
+    if base is None:
+        return []
+    shared = set(BaseCheckpointSaver.__mro__)
+    stored = {n for k in base.__mro__ if k not in shared for n in vars(k) if not _dunder(n)}
+    below = saver_type.__mro__[: saver_type.__mro__.index(base)]
+    return sorted({n for k in below for n in vars(k) if n in stored})
+
+
 def backend_name(saver: BaseCheckpointSaver[Any]) -> str | None:
-    """The backend module name for `saver`'s exact type, or None if unsupported."""
-    saver_type = type(saver)
-    return _SUPPORTED.get((saver_type.__module__, saver_type.__name__))
+    """The backend module name for `saver`'s type, or None if unsupported: one of the
+    supported savers, or a subclass of one that redefines nothing of how it stores."""
+    base = supported_base(type(saver))
+    if base is None or store_overrides(type(saver)):
+        return None
+    return _SUPPORTED[_key(base)]
+
+
+def _key(saver_type: type) -> tuple[str, str]:
+    return saver_type.__module__, saver_type.__name__
+
+
+def _dunder(name: str) -> bool:
+    """A dunder name, or the bookkeeping `ABCMeta` gives every class (`_abc_impl`)."""
+    return (name.startswith("__") and name.endswith("__")) or name.startswith("_abc_")
 
 
 def backend_for(saver: BaseCheckpointSaver[Any]) -> Backend | None:
@@ -65,4 +101,4 @@ def _warn_drift(saver_name: str, drift: list[str]) -> None:
     )
 
 
-__all__ = ["Backend", "backend_for", "backend_name"]
+__all__ = ["Backend", "backend_for", "backend_name", "store_overrides", "supported_base"]

@@ -278,6 +278,23 @@ class Backend(ABC):
         """Delete each candidate blob no surviving checkpoint references; return those."""
 
     @abstractmethod
+    def run_threads(self, run_ids: Sequence[str]) -> Op[list[str]]:
+        """The threads holding a checkpoint whose metadata names one of `run_ids`, in order."""
+
+    @abstractmethod
+    def forget_reclaimed_clones(self, thread_id: str, keys: Sequence[NodeKey]) -> Op[None]:
+        """Delete the reclaim records that resolve to one of `keys` (deleted checkpoints)."""
+
+    @abstractmethod
+    def thread_exists(self, thread_id: str) -> Op[bool]:
+        """Whether the thread has any checkpoint."""
+
+    @abstractmethod
+    def copy_rows(self, source_thread_id: str, target_thread_id: str) -> Op[None]:
+        """Copy every checkpoint, writes row, blob and reclaim record of the source thread
+        under the target id, each otherwise unchanged."""
+
+    @abstractmethod
     def stats(self, thread_id: str | None) -> Op[StorageStats]:
         """Rows and bytes per table for the thread, or for the whole store."""
 

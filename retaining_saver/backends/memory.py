@@ -28,35 +28,18 @@ from retaining_saver.backends._base import (
     drive_statements,
 )
 from retaining_saver.backends._head_reader import tuple_configs
+from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
 from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot
 
 Statement = Callable[[], Any]
-
-# The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
-_JOURNAL = threading.local()
-
-
-def _journal(undo: Callable[[], Any]) -> None:
-    """Remember how to undo one change, should a later statement of the operation fail."""
-    journal = getattr(_JOURNAL, "undo", None)
-    if journal is not None:
-        journal.append(undo)
-
-
-def _drop(records: dict[Any, Any], keys: list[Any]) -> None:
-    """Delete `keys` from `records`, undoably."""
-    for key in keys:
-        if key in records:
-            value = records.pop(key)
-            _journal(partial(records.__setitem__, key, value))
 
 
 def _set_row(rows: dict[str, Any], checkpoint_id: str, parent_id: str | None) -> None:
     """Point a saved row at another parent, undoably."""
     old = rows[checkpoint_id]
     rows[checkpoint_id] = (old[0], old[1], parent_id)
-    _journal(partial(rows.__setitem__, checkpoint_id, old))
+    journal(partial(rows.__setitem__, checkpoint_id, old))
 
 
 # Per saver, every reclaim record: (thread, ns, id) -> (clone id, when). Kept
@@ -73,7 +56,7 @@ def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
     return checkpoint_id in map(itemgetter(2), rows.values())
 
 
-class MemoryBackend(MemoryStats):
+class MemoryBackend(MemoryThreads, MemoryStats):
     """Backend over an `InMemorySaver`'s three dicts."""
 
     kind = "memory"
@@ -84,17 +67,8 @@ class MemoryBackend(MemoryStats):
     def run(self, op: Op[T]) -> T:
         """Carry out `op`; if a statement raises, undo what the earlier ones changed, so
         that the operation is one transaction here too."""
-        outer = getattr(_JOURNAL, "undo", None)
-        journal: list[Callable[[], Any]] = []
-        _JOURNAL.undo = journal
-        try:
-            return drive_statements(op, lambda statement: statement())
-        except BaseException:
-            for undo in reversed(journal):
-                undo()
-            raise
-        finally:
-            _JOURNAL.undo = outer
+        result: T = journalled(lambda: drive_statements(op, lambda statement: statement()))
+        return result
 
     async def arun(self, op: Op[T]) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
@@ -232,8 +206,8 @@ class MemoryBackend(MemoryStats):
         rows = self._namespaces(thread_id).get(ns, {})
         if checkpoint_id not in rows or (parent is not ... and rows[checkpoint_id][2] != parent):
             return False
-        _drop(rows, [checkpoint_id])
-        _drop(self.saver.writes, [(thread_id, ns, checkpoint_id)])
+        drop(rows, [checkpoint_id])
+        drop(self.saver.writes, [(thread_id, ns, checkpoint_id)])
         return True
 
     def children_of(
@@ -295,9 +269,9 @@ class MemoryBackend(MemoryStats):
                 return False
             for channel, (_, value) in values.items():
                 key = (thread_id, checkpoint_ns, channel, versions[channel])
-                _drop(self.saver.blobs, [key])
+                drop(self.saver.blobs, [key])
                 self.saver.blobs[key] = self.saver.serde.dumps_typed(delta_snapshot(value))
-                _journal(partial(self.saver.blobs.pop, key, None))
+                journal(partial(self.saver.blobs.pop, key, None))
             return True
 
         stored: bool = yield statement
@@ -314,12 +288,12 @@ class MemoryBackend(MemoryStats):
             records, now = self._records(), time.time()
             oldest = now - self.reclaimed_ttl.total_seconds()
             key = (thread_id, checkpoint_ns, checkpoint_id)
-            _drop(
+            drop(
                 records, [k for k, (_, at) in records.items() if k[0] == thread_id and at < oldest]
             )
-            _drop(records, [key])
+            drop(records, [key])
             records[key] = (clone_id, now)
-            _journal(partial(records.pop, key, None))
+            journal(partial(records.pop, key, None))
 
         yield statement
 
@@ -339,7 +313,7 @@ class MemoryBackend(MemoryStats):
     def forget_reclaimed(self, thread_id: str) -> Op[None]:
         def statement() -> None:
             records = self._records()
-            _drop(records, [k for k in records if k[0] == thread_id])
+            drop(records, [k for k in records if k[0] == thread_id])
 
         yield statement
 
@@ -360,7 +334,7 @@ class MemoryBackend(MemoryStats):
             for ns, channel, version in freed:
                 blob_key = (thread_id, ns, channel, version)
                 blob = self.saver.blobs.pop(blob_key)
-                _journal(partial(self.saver.blobs.__setitem__, blob_key, blob))
+                journal(partial(self.saver.blobs.__setitem__, blob_key, blob))
             return freed
 
         freed: list[BlobKey] = yield statement

@@ -57,7 +57,9 @@ from retaining_saver.backends._base import (
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_stats import PostgresStats
+from retaining_saver.backends._postgres_threads import THREAD_SQL
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sql_threads import SqlThreads
 
 # `v` as text: psycopg would decode a JSONB column with a `json.loads` per row.
 _NODE_COLUMNS = """
@@ -255,7 +257,7 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
-class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats):
+class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThreads):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
@@ -263,6 +265,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats):
     tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
     stores_blobs = True
     sql = SQL
+    thread_sql = THREAD_SQL
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers

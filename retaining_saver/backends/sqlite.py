@@ -50,9 +50,11 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sql_threads import SqlThreads
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
 from retaining_saver.backends._sqlite_stats import SqliteStats
+from retaining_saver.backends._sqlite_threads import THREAD_SQL
 
 logger = logging.getLogger("retaining_saver")
 
@@ -294,13 +296,14 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqliteStats):
+class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
     tables = ("checkpoints", "writes")
     stores_blobs = False
     sql = SQL
+    thread_sql = THREAD_SQL
     saver: SqliteSaver | AsyncSqliteSaver
 
     # Drivers

@@ -67,8 +67,13 @@ async def run_suite(name: str, open_saver: OpenSaver, *, wrapped: bool) -> Outco
     return Outcome(report, passed_tests)
 
 
-# What the wrapper adds over a saver that lacks it: `prune`, on every supported saver.
-ADDED = {"InMemorySaver": {"prune"}, "AsyncSqliteSaver": {"prune"}, "AsyncPostgresSaver": set()}
+# What the wrapper adds over a saver that lacks it, on every supported saver: `prune`,
+# `delete_for_runs` and `copy_thread` (upstream Postgres has only `prune`).
+ADDED = {
+    "InMemorySaver": {"prune", "delete_for_runs", "copy_thread"},
+    "AsyncSqliteSaver": {"prune", "delete_for_runs", "copy_thread"},
+    "AsyncPostgresSaver": {"delete_for_runs", "copy_thread"},
+}
 
 
 def assert_wrapped_matches(bare: Outcome, wrapped: Outcome, added: set[str]) -> None:

@@ -38,7 +38,15 @@ from retaining_saver import RetainingSaver, UnsupportedSaverError
 from retaining_saver._delegate import MIRRORED_METHODS, DelegatingSaver
 
 THREAD = "thread-1"
-PROVIDED = ("prune", "aprune")  # what RetainingSaver implements itself over supported savers
+# What RetainingSaver implements itself over supported savers.
+PROVIDED = (
+    "prune",
+    "aprune",
+    "delete_for_runs",
+    "adelete_for_runs",
+    "copy_thread",
+    "acopy_thread",
+)
 UNSUPPORTED = r".*not a supported saver"
 VERSION = "00000000000000000000000000000002.0.5"  # InMemorySaver/SqliteSaver format
 
@@ -308,10 +316,11 @@ def test_with_allowlist_returns_self_when_inner_does() -> None:
 
 # Methods the inner saver lacks
 
-# `prune` too, which the wrapper provides over every supported saver (tests/engine/test_prune.py).
+# `prune`, `delete_for_runs` and `copy_thread` too, which the wrapper provides over every
+# supported saver (tests/engine/test_prune.py, tests/engine/test_thread_ops.py); over a saver
+# it does not support, they fail as the saver's own.
 MEMORY_LACKS = ["delete_for_runs", "copy_thread"]
 SQLITE_LACKS = [
-    *MEMORY_LACKS,
     "aget_tuple",
     "alist",
     "aput",
@@ -335,16 +344,23 @@ async def failure_of(saver: Any, name: str, stored: RunnableConfig) -> tuple[typ
     raise AssertionError(f"{type(saver).__name__}.{name} did not fail")
 
 
+class _ReadingItsOwnWay(InMemorySaver):
+    """A subclass that changes how it reads the store: not supported, passed through."""
+
+    def get_tuple(self, config: RunnableConfig) -> Any:
+        return super().get_tuple(config)
+
+
 @pytest.mark.parametrize("name", MEMORY_LACKS + [f"a{name}" for name in MEMORY_LACKS])
-async def test_memory_missing_method_fails_like_inner(name: str) -> None:
-    inner = InMemorySaver()
+async def test_unsupported_missing_method_fails_like_inner(name: str) -> None:
+    inner = _ReadingItsOwnWay()
     stored = store_history(inner)
     failure = await failure_of(inner, name, stored)
     assert failure[0] is NotImplementedError
-    assert await failure_of(RetainingSaver(inner), name, stored) == failure
+    assert await failure_of(wrap_quietly(inner), name, stored) == failure
 
 
-@pytest.mark.parametrize("name", SQLITE_LACKS + [f"a{name}" for name in MEMORY_LACKS])
+@pytest.mark.parametrize("name", SQLITE_LACKS)
 async def test_sqlite_missing_method_fails_like_inner(
     name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -534,8 +550,10 @@ async def test_serde_and_capabilities_match_inner(
         wrapped = RetainingSaver(inner, strict=True)
         assert wrapped.serde is inner.serde
         expected = DetectedCapabilities.from_instance(inner)
-        # The wrapper adds `prune` where the saver lacks it.
-        detected = expected.detected | {Capability.PRUNE}
+        # The wrapper adds `prune`, `delete_for_runs` and `copy_thread` where the saver
+        # lacks them.
+        added = {Capability.PRUNE, Capability.DELETE_FOR_RUNS, Capability.COPY_THREAD}
+        detected = expected.detected | added
         found = DetectedCapabilities.from_instance(wrapped)
         assert (found.detected, found.missing) == (detected, expected.missing - detected)
 
@@ -581,7 +599,7 @@ def stored_rows(saver: BaseCheckpointSaver[Any]) -> list[Any]:
 @pytest.mark.parametrize("kind", ["memory", *KINDS])
 async def test_every_method_answers_like_bare(kind: str, name: str) -> None:
     if kind == "memory" and name in PROVIDED:
-        pytest.skip("the wrapper provides prune over a supported saver: tests/engine/test_prune.py")
+        pytest.skip("the wrapper provides it over a supported saver: tests/engine/")
     make = KINDS.get(kind, InMemorySaver)
     bare, twin = make(), make()
     stored = store_history(bare, FIXED_HISTORY)

@@ -58,7 +58,9 @@ async def test_aenforce_retention_streams_every_thread(
 
 def test_engine_refuses_unsupported_saver_and_bad_arguments() -> None:
     class Custom(InMemorySaver):
-        pass
+        # Redefines how it writes: it may store otherwise (an empty subclass is supported).
+        def put(self, *args: Any) -> Any:
+            return super().put(*args)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

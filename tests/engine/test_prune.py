@@ -110,8 +110,11 @@ def test_keep_latest_keeps_an_interrupted_head_and_its_writes(
         assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("strategy", ["delete", "delete_all"])
 @pytest.mark.parametrize("kind", KINDS)
-async def test_aprune_on_async_savers(kind: str, request: pytest.FixtureRequest) -> None:
+async def test_aprune_on_async_savers(
+    kind: str, strategy: str, request: pytest.FixtureRequest
+) -> None:
     async with open_async(kind, request) as inner:
         saver = RetainingSaver(inner)
         graph = chat_graph(saver, "delta")
@@ -123,14 +126,16 @@ async def test_aprune_on_async_savers(kind: str, request: pytest.FixtureRequest)
         history = [s async for s in graph.aget_state_history(thread(KEPT))]
         assert len(history) == 1 and history[0].values == state.values
         assert (await aintegrity(inner, KEPT)).clean
-        await saver.aprune([KEPT, TWIN], strategy="delete")
+        # "delete_all" is what the Agent Server's sweep passes.
+        await saver.aprune([KEPT, TWIN], strategy=strategy)
         assert await inner.aget_tuple(thread(KEPT)) is None
         assert await inner.aget_tuple(thread(TWIN)) is None
 
 
+@pytest.mark.parametrize("strategy", ["delete", "delete_all"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_delete_deletes_the_threads_and_their_reclaim_records(
-    kind: str, request: pytest.FixtureRequest
+    kind: str, strategy: str, request: pytest.FixtureRequest
 ) -> None:
     """A stamp reclaimed on each thread leaves a record: a read pinned to the stamp's id
     answers its clone. Deleting one thread takes its rows and its record; the other
@@ -146,7 +151,7 @@ def test_delete_deletes_the_threads_and_their_reclaim_records(
         assert saver.counters.reclaimed == 2
         assert all(saver.get_tuple(thread(t, stamps[t])) is not None for t in stamps)
         twin_before = visible_history(graph, thread(TWIN))
-        saver.prune([KEPT], strategy="delete")
+        saver.prune([KEPT], strategy=strategy)
         assert inner.get_tuple(thread(KEPT)) is None
         assert _record(saver, KEPT, stamps[KEPT]) is None, "the record outlived its thread"
         assert _record(saver, TWIN, stamps[TWIN]) is not None

@@ -29,6 +29,7 @@ def test_every_deletion_reason_has_a_shape_row() -> None:
         Reason.GRAFTED_DURATION_LINK: "duration-only chain link",
         Reason.BEYOND_HORIZON: "beyond the history horizon",
         Reason.COMPACTED_STEP: "compacted super-step",
+        Reason.RUN_REMOVED: "removed run",
     }
     assert set(described) == set(Reason), "a new Reason needs a row in the Shape table"
     for reason, shape in described.items():
