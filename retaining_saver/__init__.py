@@ -10,6 +10,7 @@ from retaining_saver._errors import (
     RetainingSaverError,
     UnsupportedSaverError,
 )
+from retaining_saver._idle_policy import IdleThreadPolicy, ThreadInfo
 from retaining_saver._rules import (
     CheckpointNode,
     Protection,
@@ -19,6 +20,8 @@ from retaining_saver._rules import (
     is_duration_marker,
 )
 from retaining_saver._saver import RetainingSaver
+from retaining_saver._sweep_thread import SweepOutcome, ThreadResult
+from retaining_saver._sweeper import RetentionSweeper, SweepCounters, SweepPass
 from retaining_saver.backends._base import StorageStats, TableStats
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "CleanupPermissionError",
     "DeltaHistoryCache",
     "HistoryCache",
+    "IdleThreadPolicy",
     "Protection",
     "Reason",
     "ReclaimEvent",
@@ -36,9 +40,15 @@ __all__ = [
     "RetainingSaverError",
     "RetentionPolicy",
     "RetentionReport",
+    "RetentionSweeper",
     "Skip",
     "StorageStats",
+    "SweepCounters",
+    "SweepOutcome",
+    "SweepPass",
     "TableStats",
+    "ThreadInfo",
+    "ThreadResult",
     "UnsupportedSaverError",
     "is_duration_marker",
 ]

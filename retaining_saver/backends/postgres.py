@@ -56,6 +56,7 @@ from retaining_saver.backends._base import (
 )
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
+from retaining_saver.backends._postgres_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 
 # `v` as text: psycopg would decode a JSONB column with a `json.loads` per row.
@@ -334,14 +335,15 @@ class PostgresBackend(PostgresAdmission, PostgresPlans):
                 return await adrive_statements(op, partial(_aexecute, cur))
 
     def create_indexes(self) -> None:
-        """Create the parent index, concurrently, and the reclaim records' table; needs an
-        autocommit connection."""
+        """Create the parent index and the sweep's root index, concurrently, and the reclaim
+        records' table; needs an autocommit connection."""
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
             on_saver_loop(saver.loop, "create_indexes", self.acreate_indexes)
             return
         with saver._cursor() as cur:
             cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
             cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
         self.reclaimed_table_ready = True
 
@@ -353,6 +355,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans):
             return
         async with saver._cursor() as cur:
             await cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            await cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
             await cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
         self.reclaimed_table_ready = True
 

@@ -1,0 +1,77 @@
+"""The idle-thread sweep on Postgres: its statements, and `PostgresSweep`.
+
+The scan walks thread ids by key with a recursive query: each step is one
+probe of `retaining_saver_checkpoints_root_idx` (root-namespace checkpoints
+by thread and id) for the next thread id, and two more for that thread's
+newest and oldest ids, so a page costs index probes in proportion to its
+size, never a scan of `checkpoints`. `create_retention_indexes()` builds the
+index (concurrently); without it the primary key answers the same probes,
+stepping over subgraph rows.
+
+Two sweepers never handle one thread at once: each thread's transaction
+first takes `pg_try_advisory_xact_lock` on a stable 64-bit hash of the thread
+id (`advisory_key`); a thread another sweeper holds is skipped, not waited
+on, and the lock ends with the transaction.
+"""
+
+from __future__ import annotations
+
+from retaining_saver.backends._base import Op
+from retaining_saver.backends._sql import Statement
+from retaining_saver.backends._sweep import SqlSweep, SweepTexts, advisory_key, scan_sql
+
+# The partial index the scan probes: one narrow entry per root checkpoint.
+CREATE_ROOT_INDEX_SQL = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_root_idx
+ON checkpoints (thread_id, checkpoint_id) WHERE checkpoint_ns = ''
+"""
+
+SCAN_FIRST_SQL = scan_sql(limit="%(limit)s", after=None)
+
+SCAN_AFTER_SQL = scan_sql(limit="%(limit)s", after="%(after)s")
+
+TRY_THREAD_LOCK_SQL = """
+SELECT pg_try_advisory_xact_lock(%s::bigint) AS locked
+"""
+
+DELETE_THREAD_WRITES_SQL = """
+DELETE FROM checkpoint_writes WHERE thread_id = %s
+"""
+
+DELETE_THREAD_BLOBS_SQL = """
+DELETE FROM checkpoint_blobs WHERE thread_id = %s
+"""
+
+DELETE_THREAD_CHECKPOINTS_SQL = """
+DELETE FROM checkpoints WHERE thread_id = %s RETURNING checkpoint_id
+"""
+
+# Under READ COMMITTED each statement sees what committed before it: a row another
+# writer committed during the deletes shows here, and the deletion rolls back.
+SELECT_THREAD_LEFT_SQL = """
+SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s)
+    OR EXISTS (SELECT 1 FROM checkpoint_writes WHERE thread_id = %s)
+    OR EXISTS (SELECT 1 FROM checkpoint_blobs WHERE thread_id = %s) AS found
+"""
+
+
+TEXTS = SweepTexts(
+    scan_first=SCAN_FIRST_SQL,
+    scan_after=SCAN_AFTER_SQL,
+    delete_rows=(
+        DELETE_THREAD_WRITES_SQL,
+        DELETE_THREAD_BLOBS_SQL,
+    ),
+    delete_checkpoints=DELETE_THREAD_CHECKPOINTS_SQL,
+    select_left=SELECT_THREAD_LEFT_SQL,
+)
+
+
+class PostgresSweep(SqlSweep):
+    """The sweep on a `PostgresBackend`: its statements, and the advisory lock."""
+
+    texts = TEXTS
+
+    def lock_thread(self, thread_id: str) -> Op[bool]:
+        rows = yield Statement(TRY_THREAD_LOCK_SQL, (advisory_key(thread_id),), fetch=True)
+        return bool(rows[0]["locked"])
