@@ -34,6 +34,7 @@ class SweepOutcome(StrEnum):
     WOULD_DELETE = "would-delete"
     WOULD_PRUNE = "would-prune"
     NOTHING_TO_PRUNE = "nothing-to-prune"
+    GONE = "gone"
     YOUNG = "young"
     UNKNOWN_AGE = "unknown-age"
     INTERRUPTED = "interrupted"
@@ -86,8 +87,10 @@ def sweep_thread(
     node = yield Run(backend.head_node(thread_id, ""), Mode.READ)
     head = None if node is None else (yield from _head_facts(thread_id, node))
     verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
-    if head is None or verdict is not IdleVerdict.EXPIRED:
-        return ThreadResult(thread_id, _KEPT.get(verdict, SweepOutcome.YOUNG))
+    if head is None:  # deleted since the scan (by another sweeper, say)
+        return ThreadResult(thread_id, SweepOutcome.GONE)
+    if verdict is not IdleVerdict.EXPIRED:
+        return ThreadResult(thread_id, _KEPT[verdict])
     if engine_policy is None:
         return (yield from _delete(store, thread_id, head, dry_run=dry_run))
     return (yield from _prune(store, thread_id, head, engine_policy, now, dry_run=dry_run))

@@ -235,6 +235,9 @@ class RetentionSweeper:
             while self._wants_more(run):
                 page = await backend.aread(self.store.scan(run.after, self.page_size))
                 for head in self._idle_heads(run, page):
+                    # Between threads, the app's tasks run (and a cancel lands) even on a
+                    # store whose calls never suspend (memory).
+                    await asyncio.sleep(0)
                     async with self.saver.locks.atry_hold(head.thread_id) as free:
                         run.note(await self._ahandle(head, run.started_at) if free else _busy(head))
         except BaseException:
