@@ -61,6 +61,7 @@ from retaining_saver._cli_output import (
     print_document,
     report_failure,
 )
+from retaining_saver._cli_sweep import SWEEP_SUMMARY, add_sweep_options, run_sweep
 from retaining_saver._cli_targets import Store, Target, UsageError, open_store, resolve_target
 from retaining_saver._engine import RetentionReport
 from retaining_saver._rules import RetentionPolicy
@@ -133,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
         ("enforce", "run retention per thread (a dry run without --apply)"),
         ("compact", "SQLite: vacuum once enough of the file is free (with --apply)"),
         ("index", "Postgres: create the parent index and reclaim records' table"),
+        ("sweep", SWEEP_SUMMARY),
     ):
         sub = commands.add_parser(name, help=summary, description=summary, allow_abbrev=False)
         _add_target(sub)
@@ -150,6 +152,8 @@ def _add_target(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_command_options(name: str, sub: argparse.ArgumentParser) -> None:
+    if name == "sweep":
+        add_sweep_options(sub)
     if name == "stats":
         sub.add_argument("--thread", metavar="ID", help="one thread id; default: the whole store")
     if name in ("plan", "enforce"):
@@ -320,6 +324,7 @@ _COMMANDS: Mapping[str, Callable[[Store, argparse.Namespace, Doc], None]] = {
     "enforce": _enforce,
     "compact": _compact,
     "index": _index,
+    "sweep": run_sweep,
 }
 
 
