@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, Invalidate, Lookup, Mode, Run
@@ -83,9 +82,8 @@ def sweep_thread(
 
     `engine_policy` is the pass a non-deleting strategy runs (None for "delete").
     """
-    thread_id, backend = scan.thread_id, store.backend
-    node = yield Run(backend.head_node(thread_id, ""), Mode.READ)
-    head = None if node is None else (yield from _head_facts(thread_id, node))
+    thread_id = scan.thread_id
+    head = yield from _head_facts(thread_id)
     verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
     if head is None:  # deleted since the scan (by another sweeper, say)
         return ThreadResult(thread_id, SweepOutcome.GONE)
@@ -96,17 +94,16 @@ def sweep_thread(
     return (yield from _prune(store, thread_id, head, engine_policy, now, dry_run=dry_run))
 
 
-def _head_facts(thread_id: str, node: Any) -> Flow[HeadFacts]:
-    """The facts a verdict reads of the newest root checkpoint `node`: the channels that
-    hold a value come from the saver's own read of it."""
-    configurable = {
-        "thread_id": thread_id,
-        "checkpoint_ns": "",
-        "checkpoint_id": node.checkpoint_id,
-    }
-    found = yield Lookup({"configurable": configurable})
-    channels = frozenset(found.checkpoint.get("channel_values", {})) if found else frozenset()
-    return HeadFacts(node.checkpoint_id, node.metadata, node.write_count, channels)
+def _head_facts(thread_id: str) -> Flow[HeadFacts | None]:
+    """What a verdict reads of the thread's newest root checkpoint, from the saver's own
+    read of it (its pending writes, and the channels that hold a value); None if the
+    thread has none."""
+    found = yield Lookup({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if found is None:
+        return None
+    channels = frozenset(found.checkpoint.get("channel_values", {}))
+    writes = len(found.pending_writes or ())
+    return HeadFacts(str(found.checkpoint["id"]), found.metadata or {}, writes, channels)
 
 
 def _delete(
@@ -130,6 +127,8 @@ def _delete(
     yield Invalidate(thread_id, "", None)  # a read between the purges may have cached rows
     if isinstance(done, Held):
         return ThreadResult(thread_id, SweepOutcome(done.value))
+    if not done:  # another sweeper deleted it between our lock and our delete's snapshot
+        return ThreadResult(thread_id, SweepOutcome.GONE)
     return ThreadResult(thread_id, SweepOutcome.DELETED, int(done))
 
 

@@ -34,35 +34,29 @@ TRY_THREAD_LOCK_SQL = """
 SELECT pg_try_advisory_xact_lock(%s::bigint) AS locked
 """
 
-DELETE_THREAD_WRITES_SQL = """
-DELETE FROM checkpoint_writes WHERE thread_id = %s
-"""
-
-DELETE_THREAD_BLOBS_SQL = """
-DELETE FROM checkpoint_blobs WHERE thread_id = %s
-"""
-
-DELETE_THREAD_CHECKPOINTS_SQL = """
-DELETE FROM checkpoints WHERE thread_id = %s RETURNING checkpoint_id
+# One round trip for the whole thread: its writes, blobs and reclaim records (whose
+# table the backend creates before its first write) go with its checkpoints.
+DELETE_THREAD_SQL = """
+WITH writes AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
+    blobs AS (DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s),
+    records AS (DELETE FROM retaining_saver_reclaimed WHERE thread_id = %(thread_id)s)
+DELETE FROM checkpoints WHERE thread_id = %(thread_id)s RETURNING checkpoint_id
 """
 
 # Under READ COMMITTED each statement sees what committed before it: a row another
 # writer committed during the deletes shows here, and the deletion rolls back.
 SELECT_THREAD_LEFT_SQL = """
-SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s)
-    OR EXISTS (SELECT 1 FROM checkpoint_writes WHERE thread_id = %s)
-    OR EXISTS (SELECT 1 FROM checkpoint_blobs WHERE thread_id = %s) AS found
+SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %(thread_id)s)
+    OR EXISTS (SELECT 1 FROM checkpoint_writes WHERE thread_id = %(thread_id)s)
+    OR EXISTS (SELECT 1 FROM checkpoint_blobs WHERE thread_id = %(thread_id)s) AS found
 """
 
 
 TEXTS = SweepTexts(
     scan_first=SCAN_FIRST_SQL,
     scan_after=SCAN_AFTER_SQL,
-    delete_rows=(
-        DELETE_THREAD_WRITES_SQL,
-        DELETE_THREAD_BLOBS_SQL,
-    ),
-    delete_checkpoints=DELETE_THREAD_CHECKPOINTS_SQL,
+    delete_rows=(),
+    delete_checkpoints=DELETE_THREAD_SQL,
     select_left=SELECT_THREAD_LEFT_SQL,
 )
 

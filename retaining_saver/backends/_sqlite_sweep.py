@@ -25,22 +25,27 @@ SCAN_FIRST_SQL = scan_sql(limit=":limit", after=None)
 SCAN_AFTER_SQL = scan_sql(limit=":limit", after=":after")
 
 DELETE_THREAD_WRITES_SQL = """
-DELETE FROM writes WHERE thread_id = ?
+DELETE FROM writes WHERE thread_id = :thread_id
+"""
+
+# The backend creates the reclaim records' table before its first write.
+DELETE_THREAD_RECORDS_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = :thread_id
 """
 
 DELETE_THREAD_CHECKPOINTS_SQL = """
-DELETE FROM checkpoints WHERE thread_id = ? RETURNING checkpoint_id
+DELETE FROM checkpoints WHERE thread_id = :thread_id RETURNING checkpoint_id
 """
 
 SELECT_THREAD_LEFT_SQL = """
-SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = ?)
-    OR EXISTS (SELECT 1 FROM writes WHERE thread_id = ?) AS found
+SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = :thread_id)
+    OR EXISTS (SELECT 1 FROM writes WHERE thread_id = :thread_id) AS found
 """
 
 TEXTS = SweepTexts(
     scan_first=SCAN_FIRST_SQL,
     scan_after=SCAN_AFTER_SQL,
-    delete_rows=(DELETE_THREAD_WRITES_SQL,),
+    delete_rows=(DELETE_THREAD_WRITES_SQL, DELETE_THREAD_RECORDS_SQL),
     delete_checkpoints=DELETE_THREAD_CHECKPOINTS_SQL,
     select_left=SELECT_THREAD_LEFT_SQL,
 )

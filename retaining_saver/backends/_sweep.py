@@ -118,12 +118,13 @@ class SweepStore(ABC):
 @dataclass(frozen=True, slots=True)
 class SweepTexts:
     """A SQL store's sweep statements. The scan binds `after` and `limit` by name; every
-    other statement binds the thread id, once per `?`/`%s` (`select_left` once per table).
+    other statement binds `thread_id` by name.
 
     Attributes:
         scan_first: The scan from the first thread.
         scan_after: The scan from the first thread after `after`.
-        delete_rows: The deletes of the thread's rows in the tables beside `checkpoints`.
+        delete_rows: The deletes of the thread's rows in the tables beside `checkpoints`
+            (reclaim records included) that `delete_checkpoints` does not make itself.
         delete_checkpoints: The delete of its checkpoints, answering a row for each.
         select_left: Whether any row of the thread is left (`found`).
     """
@@ -149,13 +150,11 @@ class SqlSweep(SweepStore):
         return [ThreadHead(r["thread_id"], r["newest_id"], r["oldest_id"]) for r in rows]
 
     def delete_thread(self, thread_id: str) -> Op[int]:
-        key = (str(thread_id),)
+        key = {"thread_id": str(thread_id)}
         for text in self.texts.delete_rows:
             yield Statement(text, key)
         deleted = yield Statement(self.texts.delete_checkpoints, key, fetch=True)
-        yield from self.backend.forget_reclaimed(thread_id)
-        tables = self.texts.select_left.count("thread_id =")
-        left = yield Statement(self.texts.select_left, key * tables, fetch=True)
+        left = yield Statement(self.texts.select_left, key, fetch=True)
         if left[0]["found"]:
             raise ThreadChanged(thread_id)
         return len(deleted)
