@@ -113,13 +113,7 @@ def _delete(
         lineage = yield Run(store.backend.load_lineage(thread_id), Mode.READ)
         return ThreadResult(thread_id, SweepOutcome.WOULD_DELETE, len(lineage.nodes))
     yield Invalidate(thread_id, "", None)
-    act = locked_act(
-        store,
-        thread_id,
-        head.checkpoint_id,
-        head.pending_writes,
-        lambda: store.delete_thread(thread_id),
-    )
+    act = store.delete_unchanged(thread_id, head.checkpoint_id, head.pending_writes)
     try:
         done = yield Run(act, Mode.WRITE)
     except ThreadChanged:  # rolled back whole: a writer committed a row meanwhile

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Statement
-from retaining_saver.backends._sweep import SqlSweep, SweepTexts, advisory_key, scan_sql
+from retaining_saver.backends._sweep import Held, SqlSweep, SweepTexts, advisory_key, scan_sql
 
 # The partial index the scan probes: one narrow entry per root checkpoint.
 CREATE_ROOT_INDEX_SQL = """
@@ -43,6 +43,50 @@ WITH writes AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
 DELETE FROM checkpoints WHERE thread_id = %(thread_id)s RETURNING checkpoint_id
 """
 
+# The advisory lock, the re-check of the judged head (its id and its pending writes)
+# and the whole thread's deletion, in one statement. The lock CTE is volatile, so it
+# runs once; every part reads the statement's snapshot, taken before the lock: a thread
+# another sweeper deleted and committed in between finds no rows to delete (0).
+DELETE_IF_UNCHANGED_SQL = """
+WITH taken AS (
+    SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS locked
+),
+head AS (
+    SELECT c.checkpoint_id, (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+    FROM checkpoints AS c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+    ORDER BY c.checkpoint_id DESC LIMIT 1
+),
+judged AS (
+    SELECT 1 FROM taken, head
+    WHERE taken.locked AND head.checkpoint_id = %(checkpoint_id)s
+        AND head.write_count = %(write_count)s
+),
+writes AS (
+    DELETE FROM checkpoint_writes
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
+),
+blobs AS (
+    DELETE FROM checkpoint_blobs
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
+),
+records AS (
+    DELETE FROM retaining_saver_reclaimed
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
+),
+gone AS (
+    DELETE FROM checkpoints
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
+    RETURNING 1
+)
+SELECT (SELECT locked FROM taken) AS locked, EXISTS (SELECT 1 FROM judged) AS unchanged,
+    (SELECT count(*) FROM gone) AS deleted
+"""
+
 # Under READ COMMITTED each statement sees what committed before it: a row another
 # writer committed during the deletes shows here, and the deletion rolls back.
 SELECT_THREAD_LEFT_SQL = """
@@ -65,6 +109,23 @@ class PostgresSweep(SqlSweep):
     """The sweep on a `PostgresBackend`: its statements, and the advisory lock."""
 
     texts = TEXTS
+
+    def delete_unchanged(
+        self, thread_id: str, head_id: str, head_writes: int
+    ) -> Op[int | Held]:
+        params = {
+            "key": advisory_key(thread_id),
+            "thread_id": str(thread_id),
+            "checkpoint_id": head_id,
+            "write_count": head_writes,
+        }
+        row = (yield Statement(DELETE_IF_UNCHANGED_SQL, params, fetch=True))[0]
+        if not row["locked"]:
+            return Held.BUSY
+        if not row["unchanged"]:
+            return Held.CHANGED
+        yield from self._nothing_left(thread_id)
+        return int(row["deleted"])
 
     def lock_thread(self, thread_id: str) -> Op[bool]:
         rows = yield Statement(TRY_THREAD_LOCK_SQL, (advisory_key(thread_id),), fetch=True)

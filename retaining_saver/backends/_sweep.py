@@ -104,6 +104,13 @@ class SweepStore(ABC):
         yield from ()
         return True
 
+    def delete_unchanged(
+        self, thread_id: str, head_id: str, head_writes: int
+    ) -> Op[int | Held]:
+        """Take the thread and delete it whole if it is as judged (see `locked_act`): the
+        checkpoints deleted, or why nothing was. A store may do it in fewer statements."""
+        return delete_unchanged(self, thread_id, head_id, head_writes)
+
     @abstractmethod
     def delete_thread(self, thread_id: str) -> Op[int]:
         """Delete every row of the thread (every namespace, writes, blobs, reclaim
@@ -154,10 +161,24 @@ class SqlSweep(SweepStore):
         for text in self.texts.delete_rows:
             yield Statement(text, key)
         deleted = yield Statement(self.texts.delete_checkpoints, key, fetch=True)
+        yield from self._nothing_left(thread_id)
+        return len(deleted)
+
+    def _nothing_left(self, thread_id: str) -> Op[None]:
+        """Raise `ThreadChanged` if a row of the thread is there (committed meanwhile)."""
+        key = {"thread_id": str(thread_id)}
         left = yield Statement(self.texts.select_left, key, fetch=True)
         if left[0]["found"]:
             raise ThreadChanged(thread_id)
-        return len(deleted)
+
+
+def delete_unchanged(
+    store: SweepStore, thread_id: str, judged_id: str, judged_writes: int
+) -> Op[int | Held]:
+    """`locked_act` deleting the whole thread: the checkpoints deleted, or why none."""
+    return locked_act(
+        store, thread_id, judged_id, judged_writes, lambda: store.delete_thread(thread_id)
+    )
 
 
 def advisory_key(thread_id: str) -> int:
