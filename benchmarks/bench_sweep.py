@@ -21,6 +21,9 @@ Printed:
   them: no search) on another copy: the ratio of idle threads per second;
 - a full `"keep_latest"` pass on one copy, and upstream's
   `aprune(idle_ids, strategy="keep_latest")` on another: the ratio;
+- the median latency of chat turns on live threads while a sweeper runs passes
+  back to back in the same event loop (on its own connection), over the same
+  without it, on copies of the smaller store (goal: at most 1.1x);
 - the peak of Python's traced memory during a pass of `--sweep-limit` idle
   threads, on the full store and on a tenth of it (flat: it does not grow with
   the store).
@@ -33,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import statistics
 import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta
@@ -168,6 +173,57 @@ async def upstream_once(dsn: str, strategy: str, idle: list[str]) -> float:
         return time.perf_counter() - start
 
 
+async def run_latencies(dsn: str, turns: int, sweeping: bool) -> list[float]:
+    """Seconds of each of `turns` chat turns on live threads, while (with `sweeping`) a
+    sweeper on its own connection runs passes back to back in the same event loop."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with (
+        AsyncPostgresSaver.from_conn_string(dsn) as inner,
+        AsyncPostgresSaver.from_conn_string(dsn) as other,
+    ):
+        graph = chat_graph(RetainingSaver(inner))
+        policy = IdleThreadPolicy(POLICY_AGE, "delete")
+        sweeper = RetentionSweeper(RetainingSaver(other), policy, sweep_limit=100)
+
+        async def sweep() -> None:
+            while True:
+                await sweeper.arun_pass()
+
+        task = asyncio.ensure_future(sweep()) if sweeping else None
+        seconds = []
+        try:
+            for i in range(turns):
+                start = time.perf_counter()
+                await graph.ainvoke(turn(100 + i), thread(thread_id(1 + i % 9)))
+                seconds.append(time.perf_counter() - start)
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return seconds
+
+
+def latency_ratio(server: str, template: str, turns: int) -> tuple[float, float, int]:
+    """Median turn latency with a sweeper running over without, each on its own copy,
+    in alternating order over two rounds; and how many idle threads the sweeper took."""
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for sweeping in (False, True, True, False):
+        copy = copy_database(server, template)
+        try:
+            medians[sweeping].append(
+                statistics.median(asyncio.run(run_latencies(copy, turns, sweeping)))
+            )
+            if sweeping:
+                taken = rows_left(copy)["checkpoints"]
+        finally:
+            _common.drop_database(server, copy)
+    with_sweeper = statistics.median(medians[True])
+    without = statistics.median(medians[False])
+    return with_sweeper / without, without, taken
+
+
 def rows_left(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
         found = {}
@@ -209,6 +265,7 @@ def main() -> None:
     parser.add_argument("--idle-share", type=float, default=0.1)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--sweep-limit", type=int, default=1000)
+    parser.add_argument("--latency-turns", type=int, default=200)
     args = parser.parse_args()
     server = _common.pg_server_dsn()
     reason = _common.pg_unreachable(server)
@@ -243,6 +300,13 @@ def main() -> None:
                 "checkpoints left: ours / upstream",
             ],
             rows,
+        )
+        ratio, base, left = latency_ratio(server, small, args.latency_turns)
+        print(
+            f"\nrun latency with a sweeper running / without, {args.latency_turns} chat turns "
+            f"on live threads of the {args.threads // 10}-thread store: {ratio:.2f}x "
+            f"(goal <= 1.1x; median turn {base * 1000:.1f} ms without; "
+            f"{left} checkpoints left after the sweeping run)"
         )
         peaks = []
         for name, dsn in (("full store", template), ("a tenth of it", small)):

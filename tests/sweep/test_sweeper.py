@@ -8,6 +8,7 @@ stopped; a failing thread is counted and the pass goes on.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -225,3 +226,22 @@ async def test_async_pass_and_service(
         assert service.last_pass is not None and not any(
             r.outcome == SweepOutcome.DELETED for r in service.last_pass.results
         )
+
+
+def test_run_until_serves_from_a_thread_of_its_own(
+    request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    with _scene("sqlite", request, clock) as (saver, _, _):
+        stop = threading.Event()
+        passes: list[Any] = []
+
+        def after(done: Any) -> None:
+            passes.append(done)
+            stop.set()  # one pass, then the thread ends
+
+        sweeper = RetentionSweeper(saver, _policy(), clock=clock, on_pass=after)
+        worker = threading.Thread(target=sweeper.run_until, args=(stop,))
+        worker.start()
+        worker.join(timeout=60)
+        assert not worker.is_alive() and len(passes) == 1
+        assert {r.thread_id for r in passes[0].results if r.outcome == "deleted"} == set(OLD)
