@@ -83,7 +83,7 @@ def sweep_thread(
     `engine_policy` is the pass a non-deleting strategy runs (None for "delete").
     """
     thread_id = scan.thread_id
-    head = yield from _head_facts(thread_id)
+    head = yield from _head_facts(store, thread_id)
     verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
     if head is None:  # deleted since the scan (by another sweeper, say)
         return ThreadResult(thread_id, SweepOutcome.GONE)
@@ -94,10 +94,14 @@ def sweep_thread(
     return (yield from _prune(store, thread_id, head, engine_policy, now, dry_run=dry_run))
 
 
-def _head_facts(thread_id: str) -> Flow[HeadFacts | None]:
-    """What a verdict reads of the thread's newest root checkpoint, from the saver's own
-    read of it (its pending writes, and the channels that hold a value); None if the
-    thread has none."""
+def _head_facts(store: SweepStore, thread_id: str) -> Flow[HeadFacts | None]:
+    """What a verdict reads of the thread's newest root checkpoint: its pending writes,
+    and the channels that hold a value (None if the thread has none). From the store's
+    one statement where it has one, else from the saver's own read of it."""
+    read = store.head_facts(thread_id)
+    if read is not None:
+        facts: HeadFacts | None = yield Run(read, Mode.READ)
+        return facts
     found = yield Lookup({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
     if found is None:
         return None

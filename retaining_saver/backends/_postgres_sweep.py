@@ -16,6 +16,7 @@ on, and the lock ends with the transaction.
 
 from __future__ import annotations
 
+from retaining_saver._rules._idle import HeadFacts
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Statement
 from retaining_saver.backends._sweep import Held, SqlSweep, SweepTexts, advisory_key, scan_sql
@@ -87,6 +88,34 @@ SELECT (SELECT locked FROM taken) AS locked, EXISTS (SELECT 1 FROM judged) AS un
     (SELECT count(*) FROM gone) AS deleted
 """
 
+# What a verdict reads of a thread's newest root checkpoint, in one statement: its id,
+# metadata and pending writes, and its trigger channels (`__start__`, `branch:to:*`)
+# that hold a value, as the saver stores one: a primitive inline in `channel_values`,
+# else a blob of the checkpoint's version whose type is not "empty" (`_upstream` audits
+# the saver's read of both; on drift the sweep reads the head through the saver).
+SELECT_HEAD_FACTS_SQL = """
+SELECT c.checkpoint_id, c.metadata, (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count,
+    ARRAY(
+        SELECT v.key FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+        WHERE (v.key = '__start__' OR left(v.key, 10) = 'branch:to:')
+            AND (
+                c.checkpoint -> 'channel_values' ? v.key
+                OR EXISTS (
+                    SELECT 1 FROM checkpoint_blobs AS b
+                    WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = ''
+                        AND b.channel = v.key AND b.version = v.value AND b.type <> 'empty'
+                )
+            )
+    ) AS triggers
+FROM checkpoints AS c
+WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+ORDER BY c.checkpoint_id DESC LIMIT 1
+"""
+
 # Under READ COMMITTED each statement sees what committed before it: a row another
 # writer committed during the deletes shows here, and the deletion rolls back.
 SELECT_THREAD_LEFT_SQL = """
@@ -110,9 +139,25 @@ class PostgresSweep(SqlSweep):
 
     texts = TEXTS
 
-    def delete_unchanged(
-        self, thread_id: str, head_id: str, head_writes: int
-    ) -> Op[int | Held]:
+    def head_facts(self, thread_id: str) -> Op[HeadFacts | None] | None:
+        if not self.backend.fast:
+            return None
+        return self._head_facts(thread_id)
+
+    def _head_facts(self, thread_id: str) -> Op[HeadFacts | None]:
+        params = {"thread_id": str(thread_id)}
+        rows = yield Statement(SELECT_HEAD_FACTS_SQL, params, fetch=True)
+        if not rows:
+            return None
+        row = rows[0]
+        return HeadFacts(
+            row["checkpoint_id"],
+            row["metadata"] or {},
+            int(row["write_count"]),
+            frozenset(row["triggers"] or ()),
+        )
+
+    def delete_unchanged(self, thread_id: str, head_id: str, head_writes: int) -> Op[int | Held]:
         params = {
             "key": advisory_key(thread_id),
             "thread_id": str(thread_id),
