@@ -29,7 +29,8 @@ Printed:
   the store).
 
 Each comparison runs on fresh copies (`CREATE DATABASE ... TEMPLATE`), in
-the same run; the absolute rates are context only.
+the same run, `--rounds` times in an order that flips every round; the ratio
+is the median of the rounds' ratios. The absolute rates are context only.
 """
 
 from __future__ import annotations
@@ -233,29 +234,48 @@ def rows_left(dsn: str) -> dict[str, int]:
         return found
 
 
-def compare(server: str, template: str, strategy: str, idle: list[str]) -> list[Any]:
-    """One pass and upstream's call, each on its own copy; the table row."""
-    ours_dsn = copy_database(server, template)
+def _ours(server: str, template: str, strategy: str, idle: list[str]) -> tuple[float, Any]:
+    dsn = copy_database(server, template)
     try:
-        seconds, done = asyncio.run(sweep_once(ours_dsn, strategy, len(idle) + 1))
-        ours_left = rows_left(ours_dsn)
+        seconds, done = asyncio.run(sweep_once(dsn, strategy, len(idle) + 1))
+        handled = sum(1 for r in done.results if r.outcome in ("deleted", "pruned"))
+        return handled / seconds, (done.scanned / seconds, rows_left(dsn)["checkpoints"])
     finally:
-        _common.drop_database(server, ours_dsn)
-    theirs_dsn = copy_database(server, template)
+        _common.drop_database(server, dsn)
+
+
+def _upstream(server: str, template: str, strategy: str, idle: list[str]) -> tuple[float, Any]:
+    dsn = copy_database(server, template)
     try:
-        theirs = asyncio.run(upstream_once(theirs_dsn, strategy, idle))
-        theirs_left = rows_left(theirs_dsn)
+        seconds = asyncio.run(upstream_once(dsn, strategy, idle))
+        return len(idle) / seconds, rows_left(dsn)["checkpoints"]
     finally:
-        _common.drop_database(server, theirs_dsn)
-    handled = sum(1 for r in done.results if r.outcome in ("deleted", "pruned"))
-    ours_rate, theirs_rate = handled / seconds, len(idle) / theirs
+        _common.drop_database(server, dsn)
+
+
+def compare(server: str, template: str, strategy: str, idle: list[str], rounds: int) -> list[Any]:
+    """Per round, one pass and upstream's call, each on its own copy, in an order that
+    flips every round; the table row: medians, and the median of the rounds' ratios."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    for index in range(rounds):
+        sides = [_ours, _upstream] if index % 2 == 0 else [_upstream, _ours]
+        for side in sides:
+            rate, extra = side(server, template, strategy, idle)
+            if side is _ours:
+                ours.append(rate)
+                scanned, ours_left = extra
+            else:
+                theirs.append(rate)
+                theirs_left = extra
+    ratios = sorted(o / t for o, t in zip(ours, theirs, strict=True))
     return [
         strategy,
-        f"{done.scanned / seconds:.0f}",
-        f"{ours_rate:.0f}",
-        f"{theirs_rate:.0f}",
-        f"{ours_rate / theirs_rate:.2f}x",
-        f"{ours_left['checkpoints']} / {theirs_left['checkpoints']}",
+        f"{scanned:.0f}",
+        f"{statistics.median(ours):.0f}",
+        f"{statistics.median(theirs):.0f}",
+        f"{statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]",
+        f"{ours_left} / {theirs_left}",
     ]
 
 
@@ -266,6 +286,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--sweep-limit", type=int, default=1000)
     parser.add_argument("--latency-turns", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     server = _common.pg_server_dsn()
     reason = _common.pg_unreachable(server)
@@ -288,15 +309,17 @@ def main() -> None:
             f"walk over all {args.threads} thread keys (pages of 500): {walk:.2f} s, "
             f"{args.threads / walk:.0f} threads/s; root index {index_mib:.1f} MiB"
         )
-        rows = [compare(server, template, s, idle) for s in ("delete", "keep_latest")]
+        strategies = ("delete", "keep_latest")
+        rows = [compare(server, template, s, idle, args.rounds) for s in strategies]
         _common.print_table(
-            f"one full pass over {args.threads} threads, {len(idle)} idle",
+            f"one full pass over {args.threads} threads, {len(idle)} idle, "
+            f"{args.rounds} rounds each",
             [
                 "strategy",
                 "threads scanned/s",
                 "idle threads/s (ours)",
                 "idle threads/s (upstream)",
-                "ours / upstream",
+                "ours / upstream (median of rounds) [range]",
                 "checkpoints left: ours / upstream",
             ],
             rows,
