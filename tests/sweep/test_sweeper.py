@@ -11,6 +11,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from sweep_kit import (
 from retaining_saver import (
     IdleThreadPolicy,
     RetainingSaver,
+    RetentionPolicy,
     RetentionSweeper,
     SweepOutcome,
     ThreadInfo,
@@ -245,3 +247,18 @@ def test_run_until_serves_from_a_thread_of_its_own(
         worker.join(timeout=60)
         assert not worker.is_alive() and len(passes) == 1
         assert {r.thread_id for r in passes[0].results if r.outcome == "deleted"} == set(OLD)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_retention_policy_strategy_runs_the_engine_on_idle_threads(
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    horizon = RetentionPolicy(history_keep_runs=0, history_min_age=timedelta(0))
+    with _scene(kind, request, clock) as (saver, before, heads):
+        done = RetentionSweeper(saver, _policy(horizon), clock=clock).run_pass()
+        pruned = {r.thread_id for r in done.results if r.outcome == SweepOutcome.PRUNED}
+        assert pruned == set(OLD)
+        for thread_id in OLD:
+            assert len(_rows(saver, thread_id)) < len(before[thread_id])
+            assert _same_tuple(saver.get_tuple(thread(thread_id)), heads[thread_id])
+        assert _rows(saver, YOUNG) == before[YOUNG]
