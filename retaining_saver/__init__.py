@@ -10,6 +10,7 @@ from retaining_saver._errors import (
     RetainingSaverError,
     UnsupportedSaverError,
 )
+from retaining_saver._idle_policy import IdleThreadPolicy, ThreadInfo
 from retaining_saver._rules import (
     CheckpointNode,
     Graft,
@@ -22,6 +23,8 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._legend import explain
 from retaining_saver._saver import RetainingSaver
+from retaining_saver._sweep_thread import SweepOutcome, ThreadResult
+from retaining_saver._sweeper import RetentionSweeper, SweepCounters, SweepPass
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import (
     ChannelStats,
@@ -42,6 +45,7 @@ __all__ = [
     "DeltaHistoryCache",
     "Graft",
     "HistoryCache",
+    "IdleThreadPolicy",
     "Protection",
     "Reason",
     "ReclaimEvent",
@@ -49,11 +53,17 @@ __all__ = [
     "RetainingSaverError",
     "RetentionPolicy",
     "RetentionReport",
+    "RetentionSweeper",
     "Root",
     "Skip",
     "SpaceStats",
     "StorageStats",
+    "SweepCounters",
+    "SweepOutcome",
+    "SweepPass",
     "TableStats",
+    "ThreadInfo",
+    "ThreadResult",
     "ThreadStats",
     "UnsupportedSaverError",
     "explain",

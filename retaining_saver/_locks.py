@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Generic, TypeVar
 
 L = TypeVar("L", threading.Lock, asyncio.Lock)
@@ -78,14 +78,50 @@ class ThreadLocks:
         finally:
             self._sync.leave(thread_id, entry)
 
+    @contextmanager
+    def try_hold(self, thread_id: str) -> Iterator[bool]:
+        """Hold `thread_id`'s sync lock if it is free; yields whether it was."""
+        entry = self._sync.enter(thread_id)
+        try:
+            got = entry.lock.acquire(blocking=False)
+            try:
+                yield got
+            finally:
+                if got:
+                    entry.lock.release()
+        finally:
+            self._sync.leave(thread_id, entry)
+
+    @asynccontextmanager
+    async def atry_hold(self, thread_id: str) -> AsyncIterator[bool]:
+        """Hold `thread_id`'s lock for the running event loop if it is free (`async with`);
+        yields whether it was."""
+        registry = self._loop_registry()
+        entry = registry.enter(thread_id)
+        try:
+            # A free lock with no waiters is taken without suspending: nobody can slip in.
+            got = not entry.lock.locked()
+            if got:
+                await entry.lock.acquire()
+            try:
+                yield got
+            finally:
+                if got:
+                    entry.lock.release()
+        finally:
+            registry.leave(thread_id, entry)
+
     def ahold(self, thread_id: str) -> _AsyncHold:
         """Hold `thread_id`'s lock for the running event loop (`async with`)."""
+        return _AsyncHold(self._loop_registry(), thread_id)
+
+    def _loop_registry(self) -> _Registry[asyncio.Lock]:
         loop = asyncio.get_running_loop()
         registry = self._async.get(loop)
         if registry is None:
             with self._guard:
                 registry = self._async.setdefault(loop, _Registry(self._guard, asyncio.Lock))
-        return _AsyncHold(registry, thread_id)
+        return registry
 
 
 class _AsyncHold:

@@ -70,7 +70,9 @@ class StorageMixin:
         return self._require_backend()
 
     def create_retention_indexes(self) -> None:
-        """Postgres: index `checkpoints` by parent, so admission's child check stays flat.
+        """Postgres: index `checkpoints` by parent, so admission's child check stays flat,
+        and root checkpoints by thread and id, so `RetentionSweeper` finds idle threads
+        without scanning the table.
 
         Run once, like the saver's own `setup()`; it builds the index
         concurrently, so the saver needs an autocommit connection (as

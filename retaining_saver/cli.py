@@ -6,6 +6,7 @@
     retaining-saver prune   TARGET --thread ID [--thread ID ...] [--strategy S] [--apply]
     retaining-saver compact TARGET [--min-free-ratio R] [--apply]
     retaining-saver index   TARGET
+    retaining-saver sweep   TARGET --idle-for AGE [--strategy S] [--max-age AGE] [--limit N]
     retaining-saver demo    [--turns N] [--keep PATH]
 
     TARGET  sqlite:///PATH, postgresql://... or postgres://... (or --target URL),
@@ -70,6 +71,7 @@ from retaining_saver._cli_output import (
     print_document,
     report_failure,
 )
+from retaining_saver._cli_sweep import SWEEP_SUMMARY, add_sweep_options, render_sweep, run_sweep
 from retaining_saver._cli_targets import (
     Store,
     StoreKind,
@@ -279,6 +281,7 @@ for _command in (
         stores=("postgres",),
         writes=lambda args: True,
     ),
+    Command("sweep", SWEEP_SUMMARY, run_sweep, render_sweep, add_sweep_options),
 ):
     register(_command)
 

@@ -57,6 +57,7 @@ from retaining_saver.backends._base import (
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_stats import PostgresStats
+from retaining_saver.backends._postgres_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_threads import THREAD_SQL
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 from retaining_saver.backends._sql_threads import SqlThreads
@@ -338,14 +339,15 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 return await adrive_statements(op, partial(_aexecute, cur))
 
     def create_indexes(self) -> None:
-        """Create the parent index, concurrently, and the reclaim records' table; needs an
-        autocommit connection."""
+        """Create the parent index and the sweep's root index, concurrently, and the reclaim
+        records' table; needs an autocommit connection."""
         saver = self.saver
         if isinstance(saver, AsyncPostgresSaver):
             on_saver_loop(saver.loop, "create_retention_indexes", self.acreate_indexes)
             return
         with saver._cursor() as cur:
             cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
             cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
         self.reclaimed_table_ready = True
 
@@ -357,6 +359,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             return
         async with saver._cursor() as cur:
             await cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
+            await cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
             await cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
         self.reclaimed_table_ready = True
 

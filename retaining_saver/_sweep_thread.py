@@ -1,0 +1,167 @@
+"""One expired thread, judged and handled: the flow a sweep runs per thread.
+
+The thread is judged on its newest root checkpoint as read now (the veto
+asked last), then handled in one write transaction that takes the thread
+(`locked_act`: the advisory lock on Postgres), re-checks that its newest
+root checkpoint and that checkpoint's pending writes are still what it was
+judged on, and deletes it whole or carries out its plan. A thread that
+changed meanwhile is left for a later pass; so is one another sweeper holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from retaining_saver import _rules
+from retaining_saver._effects import Flow, Invalidate, Lookup, Mode, Run
+from retaining_saver._engine import _changed_ids, _values
+from retaining_saver._idle_policy import IdleThreadPolicy
+from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules._idle import HeadFacts, IdleVerdict, ThreadHead, thread_verdict
+from retaining_saver.backends._apply import Applied, PlanChanged
+from retaining_saver.backends._sweep import Held, SweepStore, ThreadChanged, locked_act
+
+
+class SweepOutcome(StrEnum):
+    """What a pass did with one thread it found idle by its ids."""
+
+    DELETED = "deleted"
+    PRUNED = "pruned"
+    WOULD_DELETE = "would-delete"
+    WOULD_PRUNE = "would-prune"
+    NOTHING_TO_PRUNE = "nothing-to-prune"
+    GONE = "gone"
+    YOUNG = "young"
+    UNKNOWN_AGE = "unknown-age"
+    INTERRUPTED = "interrupted"
+    VETOED = "vetoed"
+    BUSY = "busy"
+    CHANGED = "changed"
+    FAILED = "failed"
+
+
+_KEPT = {
+    IdleVerdict.YOUNG: SweepOutcome.YOUNG,
+    IdleVerdict.UNKNOWN_AGE: SweepOutcome.UNKNOWN_AGE,
+    IdleVerdict.INTERRUPTED: SweepOutcome.INTERRUPTED,
+    IdleVerdict.VETOED: SweepOutcome.VETOED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadResult:
+    """One thread a pass handled.
+
+    Attributes:
+        thread_id: The thread.
+        outcome: What happened to it.
+        checkpoints: Checkpoints deleted (or, in a dry run, that would be).
+        clones: Each deleted duplicate's (ns, id) and the clone its id names
+            (a `RetentionPolicy` strategy may reclaim duplicates).
+    """
+
+    thread_id: str
+    outcome: SweepOutcome
+    checkpoints: int = 0
+    clones: Mapping[tuple[str, str], str] | None = None
+
+
+def sweep_thread(
+    store: SweepStore,
+    scan: ThreadHead,
+    policy: IdleThreadPolicy,
+    engine_policy: RetentionPolicy | None,
+    now: datetime,
+    *,
+    dry_run: bool,
+) -> Flow[ThreadResult]:
+    """Judge the thread `scan` found idle and, unless `dry_run`, handle it.
+
+    `engine_policy` is the pass a non-deleting strategy runs (None for "delete").
+    """
+    thread_id = scan.thread_id
+    head = yield from _head_facts(store, thread_id)
+    verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
+    if head is None:  # deleted since the scan (by another sweeper, say)
+        return ThreadResult(thread_id, SweepOutcome.GONE)
+    if verdict is not IdleVerdict.EXPIRED:
+        return ThreadResult(thread_id, _KEPT[verdict])
+    if engine_policy is None:
+        return (yield from _delete(store, thread_id, head, dry_run=dry_run))
+    return (yield from _prune(store, thread_id, head, engine_policy, now, dry_run=dry_run))
+
+
+def _head_facts(store: SweepStore, thread_id: str) -> Flow[HeadFacts | None]:
+    """What a verdict reads of the thread's newest root checkpoint: its pending writes,
+    and the channels that hold a value (None if the thread has none). From the store's
+    one statement where it has one, else from the saver's own read of it."""
+    read = store.head_facts(thread_id)
+    if read is not None:
+        facts: HeadFacts | None = yield Run(read, Mode.READ)
+        return facts
+    found = yield Lookup({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if found is None:
+        return None
+    channels = frozenset(found.checkpoint.get("channel_values", {}))
+    writes = len(found.pending_writes or ())
+    return HeadFacts(str(found.checkpoint["id"]), found.metadata or {}, writes, channels)
+
+
+def _delete(
+    store: SweepStore, thread_id: str, head: HeadFacts, *, dry_run: bool
+) -> Flow[ThreadResult]:
+    if dry_run:
+        lineage = yield Run(store.backend.load_lineage(thread_id), Mode.READ)
+        return ThreadResult(thread_id, SweepOutcome.WOULD_DELETE, len(lineage.nodes))
+    yield Invalidate(thread_id, "", None)
+    act = store.delete_unchanged(thread_id, head.checkpoint_id, head.pending_writes)
+    try:
+        done = yield Run(act, Mode.WRITE)
+    except ThreadChanged:  # rolled back whole: a writer committed a row meanwhile
+        done = Held.CHANGED
+    yield Invalidate(thread_id, "", None)  # a read between the purges may have cached rows
+    if isinstance(done, Held):
+        return ThreadResult(thread_id, SweepOutcome(done.value))
+    if not done:  # another sweeper deleted it between our lock and our delete's snapshot
+        return ThreadResult(thread_id, SweepOutcome.GONE)
+    return ThreadResult(thread_id, SweepOutcome.DELETED, int(done))
+
+
+def _prune(
+    store: SweepStore,
+    thread_id: str,
+    head: HeadFacts,
+    policy: RetentionPolicy,
+    now: datetime,
+    *,
+    dry_run: bool,
+) -> Flow[ThreadResult]:
+    backend = store.backend
+    lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
+    plan = _rules.plan_retention(lineage, policy, now)
+    if plan.empty:
+        return ThreadResult(thread_id, SweepOutcome.NOTHING_TO_PRUNE)
+    if dry_run:
+        return ThreadResult(thread_id, SweepOutcome.WOULD_PRUNE, len(plan.deletions))
+    values = yield from _values(thread_id, plan, policy)
+    for ns, ids in _changed_ids(plan).items():
+        yield Invalidate(thread_id, ns, ids)
+    act = locked_act(
+        store,
+        thread_id,
+        head.checkpoint_id,
+        head.pending_writes,
+        lambda: backend.apply_plan(thread_id, plan, values),
+    )
+    try:
+        done = yield Run(act, Mode.WRITE)
+    except PlanChanged:  # rolled back whole, as the engine's pass is
+        done = Held.CHANGED
+    if isinstance(done, Held):
+        return ThreadResult(thread_id, SweepOutcome(done.value))
+    applied: Applied = done
+    clones = {(d.checkpoint_ns, d.checkpoint_id): d.clone_of for d in applied.deleted if d.clone_of}
+    return ThreadResult(thread_id, SweepOutcome.PRUNED, len(applied.deleted), clones)
