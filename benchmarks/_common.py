@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,19 @@ def drop_database(server: str, dsn: str) -> None:
     name = conninfo_to_dict(dsn)["dbname"]
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def copy_database(server: str, template_dsn: str) -> str:
+    """A new database on `server` made from `template_dsn`'s (its template), for an
+    identical copy of a store."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    source = conninfo_to_dict(template_dsn)["dbname"]
+    target = f"{source}_copy_{time.monotonic_ns() % 10**9}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
+    return make_conninfo(**{**conninfo_to_dict(server), "dbname": target})
 
 
 def pg_columns(conn: Any, table: str) -> list[str]:

@@ -65,16 +65,6 @@ async def build_template(dsn: str, threads: int, turns: int, flavor: str) -> Non
         conn.execute("VACUUM ANALYZE")
 
 
-def copy_database(server: str, template_dsn: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    source = conninfo_to_dict(template_dsn)["dbname"]
-    target = f"{source}_copy_{time.monotonic_ns() % 10**9}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
-    return make_conninfo(**{**conninfo_to_dict(server), "dbname": target})
-
-
 def thread_ids(count: int) -> list[str]:
     return [f"t{g:06d}" for g in range(1, count + 1)]
 
@@ -141,7 +131,7 @@ async def compare(server: str, threads: int, turns: int, rounds: int) -> dict[st
         for index in range(rounds + 1):
             sides = ["upstream", "retaining-saver"]
             for side in sides if index % 2 == 0 else sides[::-1]:
-                dsn = copy_database(server, template)
+                dsn = _common.copy_database(server, template)
                 try:
                     ours, memory = side != "upstream", index == rounds
                     found = await prune_once(dsn, ids, ours, memory=memory)
@@ -197,7 +187,7 @@ async def delta_threads(server: str, threads: int, turns: int) -> dict[str, Any]
     try:
         await build_template(template, threads, turns, "delta")
         ids = thread_ids(threads)
-        dsn = copy_database(server, template)
+        dsn = _common.copy_database(server, template)
         try:
             try:
                 await prune_once(dsn, ids, ours=False)
@@ -208,7 +198,7 @@ async def delta_threads(server: str, threads: int, turns: int) -> dict[str, Any]
                 print(f"upstream on {threads} DeltaChannel threads: refused ({str(error)[:60]}...)")
         finally:
             _common.drop_database(server, dsn)
-        dsn = copy_database(server, template)
+        dsn = _common.copy_database(server, template)
         try:
             graph = chat_graph(None, "delta")
             heads_before = await head_values(dsn, ids)

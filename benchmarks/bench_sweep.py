@@ -106,16 +106,6 @@ def build_template(dsn: str, threads: int, idle_every: int, turns: int) -> float
     return time.perf_counter() - start
 
 
-def copy_database(server: str, template_dsn: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    source = conninfo_to_dict(template_dsn)["dbname"]
-    target = f"{source}_copy_{time.monotonic_ns() % 10**9}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
-    return make_conninfo(**{**conninfo_to_dict(server), "dbname": target})
-
-
 def scan_plan(dsn: str, threads: int, page: int) -> tuple[list[str], float, float]:
     """The plan of one scan page from the middle; the seconds of a walk over every key;
     the root index's size in MiB."""
@@ -211,7 +201,7 @@ def latency_ratio(server: str, template: str, turns: int) -> tuple[float, float,
     in alternating order over two rounds; and how many idle threads the sweeper took."""
     medians: dict[bool, list[float]] = {True: [], False: []}
     for sweeping in (False, True, True, False):
-        copy = copy_database(server, template)
+        copy = _common.copy_database(server, template)
         try:
             medians[sweeping].append(
                 statistics.median(asyncio.run(run_latencies(copy, turns, sweeping)))
@@ -235,7 +225,7 @@ def rows_left(dsn: str) -> dict[str, int]:
 
 
 def _ours(server: str, template: str, strategy: str, idle: list[str]) -> tuple[float, Any]:
-    dsn = copy_database(server, template)
+    dsn = _common.copy_database(server, template)
     try:
         seconds, done = asyncio.run(sweep_once(dsn, strategy, len(idle) + 1))
         handled = sum(1 for r in done.results if r.outcome in ("deleted", "pruned"))
@@ -245,7 +235,7 @@ def _ours(server: str, template: str, strategy: str, idle: list[str]) -> tuple[f
 
 
 def _upstream(server: str, template: str, strategy: str, idle: list[str]) -> tuple[float, Any]:
-    dsn = copy_database(server, template)
+    dsn = _common.copy_database(server, template)
     try:
         seconds = asyncio.run(upstream_once(dsn, strategy, idle))
         return len(idle) / seconds, rows_left(dsn)["checkpoints"]
@@ -333,7 +323,7 @@ def main() -> None:
         )
         peaks = []
         for name, dsn in (("full store", template), ("a tenth of it", small)):
-            copy = copy_database(server, dsn)
+            copy = _common.copy_database(server, dsn)
             try:
                 peak, _ = asyncio.run(sweep_once(copy, "delete", args.sweep_limit, memory=True))
                 peaks.append([name, f"{peak:.1f}"])

@@ -37,22 +37,14 @@ def duration(text: str) -> timedelta:
     return value
 
 
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
 def add_sweep_options(sub: argparse.ArgumentParser) -> None:
     """The sweep command's own options (the target, --json and --debug are common)."""
     sub.add_argument("--idle-for", type=duration, required=True, metavar="AGE", help="e.g. 7d: TTL")
     sub.add_argument("--strategy", choices=STRATEGIES, default="delete")
     sub.add_argument("--max-age", type=duration, metavar="AGE", help="hard limit, e.g. 90d")
-    sub.add_argument("--limit", type=_limit, metavar="N", help="handle at most N idle threads")
+    sub.add_argument(
+        "--limit", type=options.positive, metavar="N", help="handle at most N idle threads"
+    )
     sub.add_argument("--apply", action="store_true", help="really delete")
 
 
