@@ -1,7 +1,7 @@
 """`retaining-saver demo`: one small chat, stored bare and under each way of bounding growth.
 
 The same chat (a two-node graph, a stamp of the run's duration after every
-turn, as DeerFlow's gateway writes it) runs on five threads of one SQLite file:
+turn, as DeerFlow's gateway writes it) runs on six threads of one SQLite file:
 
 - bare: the `SqliteSaver` alone; every super-step and every stamp stays.
 - drop-in: `RetainingSaver(SqliteSaver(conn))`; each next run's admission
@@ -10,6 +10,8 @@ turn, as DeerFlow's gateway writes it) runs on five threads of one SQLite file:
   (each run keeps its input, first and last super-step).
 - history_keep_runs: the drop-in thread, then one engine pass of the history
   horizon (the newest runs stay, older ones go).
+- as-used: `RetainingSaver(SqliteSaver(conn), retention=...)` with the same
+  horizon: no engine call; each run's admission applies it as the chat goes.
 - prune: the drop-in thread, then `prune(strategy="keep_latest")`.
 
 It prints rows and bytes per thread against the bare thread, and checks that
@@ -88,6 +90,7 @@ class Way:
     keeps: str
     after: Callable[[RetainingSaver, str], object] | None
     wrapped: bool = True
+    retention: RetentionPolicy | None = None
 
 
 WAYS: tuple[Way, ...] = (
@@ -104,6 +107,13 @@ WAYS: tuple[Way, ...] = (
         f"+ history_keep_runs={KEEP_RUNS}",
         f"the newest {KEEP_RUNS} runs",
         lambda saver, tid: saver.enforce_thread_retention(tid, HORIZON),
+    ),
+    Way(
+        "as-used",
+        f"retention= (keep_runs={KEEP_RUNS})",
+        f"about the newest {KEEP_RUNS} runs, no job",
+        None,
+        retention=HORIZON,
     ),
     Way("prune", "+ prune(keep_latest)", "the latest checkpoint", lambda s, t: s.prune([t])),
 )
@@ -147,7 +157,7 @@ def run(path: Path, turns: int = TURNS, say: Callable[[str], None] = print) -> l
         states = {}
         for way in WAYS:
             say(f"  {way.label}: {turns} turns on thread {way.thread_id!r}")
-            checkpointer = saver if way.wrapped else inner
+            checkpointer = _checkpointer(way, inner, saver)
             graph = chat_graph(checkpointer)
             _chat(graph, checkpointer, way.thread_id, turns)
             if way.after is not None:
@@ -155,6 +165,15 @@ def run(path: Path, turns: int = TURNS, say: Callable[[str], None] = print) -> l
             config: RunnableConfig = {"configurable": {"thread_id": way.thread_id}}
             states[way.thread_id] = graph.get_state(config).values
         return [_measured(saver, way, states[way.thread_id] == states["bare"]) for way in WAYS]
+
+
+def _checkpointer(way: Way, inner: Any, saver: RetainingSaver) -> Any:
+    """The saver a way's chat runs on: the bare one, the drop-in, or its own wrapper."""
+    if not way.wrapped:
+        return inner
+    if way.retention is not None:
+        return RetainingSaver(inner, retention=way.retention)
+    return saver
 
 
 @contextmanager

@@ -37,6 +37,7 @@ def test_demo_prints_each_way_smaller_than_bare_and_the_same_state(tmp_path: Pat
         "drop-in (admission)",
         "+ compact_steps",
         "+ history_keep_runs=3",
+        "retention= (keep_runs=3)",
         "+ prune(keep_latest)",
     ]
     checkpoints = {label: int(row[0]) for label, row in rows.items()}
@@ -47,6 +48,8 @@ def test_demo_prints_each_way_smaller_than_bare_and_the_same_state(tmp_path: Pat
     # Compaction drops the middle super-step of each run; the engine takes the last stamp too.
     assert checkpoints["+ compact_steps"] == 5 * 3
     assert checkpoints["+ history_keep_runs=3"] == 3 * 4
+    # As runs are admitted: the horizon's runs and the one just admitted, no engine call.
+    assert checkpoints["retention= (keep_runs=3)"] <= 4 * 4 + 1
     assert checkpoints["+ prune(keep_latest)"] == 1
     sizes = [int(row[2].replace(",", "")) for row in rows.values()]
     assert sizes[0] > max(sizes[1:])
