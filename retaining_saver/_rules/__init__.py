@@ -27,7 +27,9 @@ it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verd
 |                              | (graft)   | children are re-parented to its parent        |
 | beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
 |                              | (root,    | its newest `history_keep_runs` runs (0: older |
-|                              | graft)    | than the head), or in a branch forked there;  |
+|                              | graft)    | than the head; an interrupted head's run, the |
+|                              |           | head owning writes, is kept under every N),   |
+|                              |           | or in a branch forked there;                  |
 |                              |           | under `keep_latest`, every checkpoint of a    |
 |                              |           | namespace but its head; a subgraph checkpoint |
 |                              |           | whose root checkpoint goes (below). Older     |

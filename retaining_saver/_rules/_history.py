@@ -157,7 +157,7 @@ class _History(_AncestorReads):
         if self.policy.history_keep_runs is not None:
             removal.update(dict.fromkeys(self._beyond_horizon(runs), Reason.BEYOND_HORIZON))
         if self.policy.compact_steps:
-            for key in self._compacted_steps(runs, head):
+            for key in self._compacted_steps(runs):
                 removal.setdefault(key, Reason.COMPACTED_STEP)
         return removal
 
@@ -235,14 +235,19 @@ class _History(_AncestorReads):
         return found
 
     def _beyond_horizon(self, runs: Sequence[Sequence[CheckpointNode]]) -> set[NodeKey]:
-        keep = self.policy.history_keep_runs or 0
+        # An interrupted head (it owns writes: an interrupt, a resume) makes its run live:
+        # kept whole under every horizon, so the turn regenerates from its input.
+        keep = max(self.policy.history_keep_runs or 0, 1 if self._live(runs) else 0)
         newest = [runs[-1][-1]] if keep == 0 else [n for run in runs[-keep:] for n in run]
         return self.ns_scope - self._descendants((n.checkpoint_ns, n.checkpoint_id) for n in newest)
 
-    def _compacted_steps(
-        self, runs: Sequence[Sequence[CheckpointNode]], head: NodeKey
-    ) -> Iterable[NodeKey]:
-        live = self.lineage.nodes[head].write_count > 0
+    def _live(self, runs: Sequence[Sequence[CheckpointNode]]) -> bool:
+        """Whether the head's run is live: the head owns writes (an interrupt waiting,
+        a resume given, a failed task's siblings' results)."""
+        return bool(runs) and runs[-1][-1].write_count > 0
+
+    def _compacted_steps(self, runs: Sequence[Sequence[CheckpointNode]]) -> Iterable[NodeKey]:
+        live = self._live(runs)
         keep_step = self.policy.keep_step
         for run in runs:
             for node in compactable_steps(run):
