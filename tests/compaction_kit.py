@@ -19,7 +19,15 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from retaining_saver.testing.graphs import chat_graph, line_graph, thread, turn
+from retaining_saver.testing.graphs import (
+    DeltaChat,
+    Flavor,
+    FullChat,
+    chat_graph,
+    line_graph,
+    thread,
+    turn,
+)
 
 KEPT, TWIN = "kept", "twin"
 
@@ -95,6 +103,17 @@ def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     builder.add_edge("b", "join")
     builder.add_edge("join", END)
     return builder.compile(checkpointer=saver)
+
+
+def memory_graph(saver: BaseCheckpointSaver[Any], flavor: Flavor = "full") -> Any:
+    """`START -> pre -> inner -> post -> END`, where `inner` is a `checkpointer=True`
+    chat subgraph: it keeps its memory (namespace `inner`) across turns, and a fork from
+    a root checkpoint makes LangGraph load its latest checkpoint before that one."""
+    schema: Any = FullChat if flavor == "full" else DeltaChat
+    pre, post = (lambda s: {"said": ["pre"]}), (lambda s: {"said": ["post"]})
+    return line_graph(
+        schema, [("pre", pre), ("inner", chat_graph(True, flavor)), ("post", post)], saver
+    )
 
 
 def history_ids(graph: Any, thread_id: str) -> list[str]:

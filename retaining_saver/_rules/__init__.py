@@ -46,13 +46,17 @@ the last before the next input checkpoint (what precedes the first input is a
 run of its own).
 
 Subgraph namespaces go with the root's runs: a subgraph checkpoint names the
-root checkpoint it was written under (`parents[""]`) and goes when that one
-goes, and only then. A subgraph call's namespace (`node:task_id`) goes whole
-or stays; a `checkpointer=True` subgraph's (no task id) keeps its head, the
-subgraph's memory. A namespace that does not name its roots is left alone
-(under `keep_latest`, it keeps its latest). Only subgraph checkpoints that
-stay whatever the runs do (a head, a protection) keep the root checkpoints
-they name (`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none.
+root checkpoint it was written under (`parents[""]`) and goes only when that
+one goes, unless a protection keeps it. A subgraph call's namespace
+(`node:task_id`) goes whole or stays; a `checkpointer=True` subgraph's (no task
+id) keeps its head, the subgraph's memory, and for every root checkpoint kept
+the checkpoint a fork from it loads as that memory (`fork-memory`: LangGraph's
+replay loads the subgraph's latest checkpoint before the fork point). A
+namespace that does not name its roots is left alone (under `keep_latest`, it
+keeps its latest). Only subgraph checkpoints that stay whatever the runs do (a
+head, a protection other than `fork-memory`) keep the root checkpoints they name
+(`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none, and keeps
+no fork memory either.
 
 DeltaChannels (named in `counters_since_delta_snapshot` metadata) rebuild a
 value from ancestors' writes back to the nearest checkpoint that stores it
@@ -87,6 +91,12 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | live-run               | super-step of the head's run while the head owns writes        |
 | pre-v4-sends           | parent of a kept checkpoint older than format 4, which reads   |
 |                        | its pending sends from this one's writes (history rules)       |
+| fork-memory            | a `checkpointer=True` subgraph's latest checkpoint before a    |
+|                        | kept root checkpoint (before its parent, for an `update` or    |
+|                        | `fork` one): a fork from that one loads it as the subgraph's   |
+|                        | memory; and the parent of a kept `update`/`fork` checkpoint    |
+|                        | (a duration link too), which bounds that read (not under       |
+|                        | `keep_latest`, which keeps only heads, as upstream's prune)    |
 
 Under the history rules, too-young also names a checkpoint younger than
 `history_min_age`, explicit keeps its whole ancestor chain, and any kept

@@ -90,6 +90,12 @@ class _History(_AncestorReads):
         self.unnamed_delta = any(
             DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
         )
+        # What forks from kept root checkpoints load as `checkpointer=True` subgraph
+        # memory: known once the root namespace is planned.
+        self.fork_memory: set[NodeKey] = set()
+        self.replays_memory = not self.policy.keep_latest and any(
+            ns != ROOT_NAMESPACE and is_persistent(ns) for ns, _ in self.lineage.nodes
+        )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
         # keep_latest none are, as upstream's prune keeps none.
         self.named_parents: set[NodeKey] = (
@@ -121,6 +127,10 @@ class _History(_AncestorReads):
         }
         if ROOT_NAMESPACE in heads:
             self._plan(heads[ROOT_NAMESPACE], self._by_runs)
+        kept_roots = (k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE)
+        self.fork_memory = self._fork_memory(
+            (k for k in kept_roots if k not in self.removed and k not in self.taken), rooted
+        )
         root_units = self.units
         for ns in rooted:
             self.units = []
@@ -279,6 +289,8 @@ class _History(_AncestorReads):
                 keep(key, Protection.EXPLICIT, to_root=True)
             if key in self.named_parents:
                 keep(key, Protection.SUBGRAPH_PARENT)
+            if key in self.fork_memory:
+                keep(key, Protection.FORK_MEMORY)
             if node.write_count and not self.planner._kids(node):
                 keep(key, Protection.PENDING_WRITES)
             if self._young(node):

@@ -29,6 +29,7 @@ from retaining_saver._rules._leaf import (
     leaf_deletion,
     leaf_skip,
 )
+from retaining_saver._rules._reads import moves_fork_memory
 from retaining_saver._rules._runs import parents_named
 
 
@@ -176,7 +177,13 @@ class _Planner:
         )
         on_writes = [k for k in links if not _graftable_onto(self._parent(k))]
         self.kept.update(dict.fromkeys(on_writes, Protection.LINK_ON_WRITES))
-        links = [k for k in links if k not in on_writes]
+        memory = [
+            k
+            for k in links
+            if moves_fork_memory(self.lineage, self.lineage.nodes[k], self.children.get(k, []))
+        ]
+        self.kept.update(dict.fromkeys(memory, Protection.FORK_MEMORY))
+        links = [k for k in links if k not in on_writes and k not in memory]
         if not self.policy.graft_duration_links:
             self.kept.update(dict.fromkeys(links, Protection.DURATION_LINK))
             return []
