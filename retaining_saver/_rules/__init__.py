@@ -3,9 +3,10 @@
 Everything that decides a deletion lives in this package, as functions of a
 thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
 leaves, and what a step proved), `_plan` (a thread's plan), `_history`
-(the history rules), `_reads` (what a checkpoint they keep reads from its
-ancestors) and `_runs` (the runs, steps, DeltaChannel walks and subgraph
-namespaces those rules read). This page is their table of contents.
+(the history rules), `_cap` (how `max_delete_per_run` bounds them), `_reads`
+(what a checkpoint they keep reads from its ancestors) and `_runs` (the runs,
+steps, DeltaChannel walks and subgraph namespaces those rules read). This page
+is their table of contents.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
@@ -79,9 +80,13 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
 | fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
 | not-enabled            | deletable shape whose rule the policy leaves off               |
-| capped                 | deletable, deferred by `max_delete_per_run`; a history unit    |
+| capped                 | deletable, deferred by `max_delete_per_run`. A history unit    |
 |                        | (a removed stretch with its graft or root, and the subgraph    |
-|                        | checkpoints that go with it) is deferred whole                 |
+|                        | checkpoints that go with it) that does not fit goes newest     |
+|                        | part first: its kept child is grafted onto the newest          |
+|                        | checkpoint of the stretch that stays (`_cap`), so every pass   |
+|                        | deletes up to the cap and repeated passes reach the uncapped   |
+|                        | result; whole where no part leaves the rest on its parents     |
 | parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
 |                        | checkpoint's parent link is never rewritten                    |
 | delta-history          | on a kept checkpoint's walk back to a delta channel's stored   |

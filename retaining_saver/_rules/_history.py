@@ -80,6 +80,8 @@ class _History(_AncestorReads):
         self.taken = taken
         self.scope: set[NodeKey] = set()
         self.removed: set[NodeKey] = set()
+        self.reasons: dict[NodeKey, Reason] = {}
+        self.lines: dict[str, list[NodeKey]] = {}
         self.units: list[_HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
@@ -223,6 +225,8 @@ class _History(_AncestorReads):
         for key in removed:
             self.kept.pop(key, None)
         self.removed |= removed.keys()
+        self.reasons.update(removed)
+        self.lines[head[0]] = line
         self.units += self._units(line, removed)
 
     def _line(self, head: NodeKey) -> list[NodeKey]:
@@ -382,19 +386,3 @@ class _History(_AncestorReads):
         at = min((i for i, u in enumerate(units) if any(u is t for t in ties)), default=len(units))
         before = sum(1 for u in units[:at] if all(u is not t for t in ties))
         return [*rest[:before], merged, *rest[before:]]
-
-    def capped(self, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
-        """The units that fit in `room` deletions, taken whole, and the ones deferred.
-
-        After the first unit that does not fit, every later one waits too: a
-        subgraph namespace's units follow the root's, and must not go while the
-        root checkpoints they belong to stay.
-        """
-        fitting = len(self.units)
-        for index, unit in enumerate(self.units):
-            if room is not None and len(unit.deletions) > room:
-                fitting = index
-                break
-            if room is not None:
-                room -= len(unit.deletions)
-        return self.units[:fitting], self.units[fitting:]

@@ -339,14 +339,17 @@ def test_subgraph_namespaces_go_with_their_root_runs(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_capped_pass_defers_a_whole_stretch(kind: str, request: pytest.FixtureRequest) -> None:
+def test_a_capped_pass_takes_a_stretchs_newest_part(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
     with open_sync(kind, request) as saver:
         twins = Twins.write(SHAPES[1], saver)
         before = history_ids(twins.graph, KEPT)
         capped = dataclasses.replace(POLICIES["horizon-2+compact"], max_delete_per_run=3)
         report = run_pass(saver, capped)
-        # Each compacted stretch is two super-steps: one fits, the next does not.
-        assert len(report.deleted) == 2 and len(report.grafts) == 1 and not report.roots
+        # Each compacted stretch is two super-steps: one fits, and the newest step of the
+        # next, its kept child grafted onto the step still to go.
+        assert len(report.deleted) == 3 and len(report.grafts) == 2 and not report.roots
         assert Protection.CAPPED in report.kept.values()
         assert_like_twin(twins, before, report, SHAPES[1])
 
@@ -582,12 +585,13 @@ def assert_delta_values_unchanged(
     s: Scenario, plan: Plan, after: Mapping[NodeKey, CheckpointNode]
 ) -> None:
     """Every survivor rebuilds each delta value from the same rows as before, or stores
-    it (materialised, only at a root the pass made, only for the graph's channels)."""
+    it (materialised, only at a root the pass made, or, capped, at the kept checkpoint
+    it grafts onto the stretch's part still to go; only for the graph's channels)."""
     for stored in plan.materialise:
         key = (stored.checkpoint_ns, stored.checkpoint_id)
         assert stored.checkpoint_id in {
             r.checkpoint_id for r in plan.roots if r.checkpoint_ns == key[0]
-        }
+        } | {g.child_id for g in plan.grafts if g.checkpoint_ns == key[0]}
         assert set(stored.channels) <= s.policy.materializable
     if not any(DELTA_METADATA_KEY in n.metadata for n in s.nodes.values()):
         return

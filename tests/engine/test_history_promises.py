@@ -7,14 +7,15 @@ Each pass runs on thread "kept" beside an untouched "twin" (tests/compaction_kit
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from compaction_kit import KEPT, TWIN, Twins, history_ids, memory_graph
+from compaction_kit import KEPT, TWIN, Shape, Twins, history_ids, memory_graph
 from savers import KINDS, open_sync
 from test_compaction import POLICIES, SHAPES, assert_like_twin, run_pass
 
-from retaining_saver import Protection
+from retaining_saver import Protection, RetentionPolicy, RetentionReport
 from retaining_saver.testing.checks import integrity
 from retaining_saver.testing.graphs import FLAVORS, Flavor, thread, turn
 
@@ -105,3 +106,46 @@ def test_a_fork_from_a_kept_turn_reads_the_twins_subgraph_memory(
         assert integrity(saver, KEPT).clean
         assert_forks_read_the_twins_memory(graph, kept_to_twin)
         assert integrity(saver, KEPT).clean
+
+
+def _twenty_turns(graph: Any, thread_id: str) -> None:
+    for i in range(20):
+        graph.invoke(turn(i), thread(thread_id))
+
+
+MEMORY = Shape("memory-20", memory_graph, _twenty_turns, turn(99))
+
+
+def assert_loads_like_twin(twins: Twins) -> None:
+    """Every checkpoint the kept thread still has loads the twin's values and `next`."""
+    for cid in history_ids(twins.graph, KEPT):
+        mine, twin = twins.state(KEPT, cid), twins.state(TWIN, twins.kept_to_twin[cid])
+        assert (mine.values, mine.next) == (twin.values, twin.next), cid
+
+
+@pytest.mark.parametrize(("keep", "compact", "cap"), [(1, False, 10), (2, True, 8)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_capped_passes_reach_the_uncapped_result(
+    kind: str, keep: int, compact: bool, cap: int, request: pytest.FixtureRequest
+) -> None:
+    """A unit larger than `max_delete_per_run` goes a newest part per pass: each pass
+    deletes at most the cap and something until done, every pass leaves the thread
+    loading like the twin, and together they delete what one uncapped pass would."""
+    with open_sync(kind, request) as saver:
+        twins = Twins.write(MEMORY, saver)
+        before = history_ids(twins.graph, KEPT)
+        policy = RetentionPolicy(
+            history_keep_runs=keep, compact_steps=compact, history_min_age=timedelta(hours=1)
+        )
+        uncapped = run_pass(saver, policy, dry_run=True)
+        passes: list[RetentionReport] = []
+        while not passes or passes[-1].deleted:
+            assert len(passes) < 100, "capped passes never finish"
+            passes.append(run_pass(saver, dataclasses.replace(policy, max_delete_per_run=cap)))
+            assert len(passes[-1].deleted) <= cap
+            assert integrity(saver, KEPT).clean
+            assert_loads_like_twin(twins)
+        assert len(passes) > 2
+        assert {k for p in passes for k in p.deleted} == set(uncapped.deleted)
+        assert not run_pass(saver, policy, dry_run=True).deleted
+        assert_like_twin(twins, before, uncapped, MEMORY)
