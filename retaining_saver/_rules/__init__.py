@@ -86,7 +86,9 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 |                        | part first: its kept child is grafted onto the newest          |
 |                        | checkpoint of the stretch that stays (`_cap`), so every pass   |
 |                        | deletes up to the cap and repeated passes reach the uncapped   |
-|                        | result; whole where no part leaves the rest on its parents     |
+|                        | result. A root checkpoint goes in one pass with the subgraph   |
+|                        | checkpoints written under it: a cap below that many, or where  |
+|                        | no part leaves the rest on its parents, defers the unit whole  |
 | parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
 |                        | checkpoint's parent link is never rewritten                    |
 | delta-history          | on a kept checkpoint's walk back to a delta channel's stored   |

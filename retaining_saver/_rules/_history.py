@@ -113,9 +113,14 @@ class _History(_AncestorReads):
         if self.policy.keep_latest:
             if ROOT_NAMESPACE in heads:
                 self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
+            root_units = self.units
             for ns in others:
                 gone = not is_persistent(ns) and self._names_its_roots(ns)
+                self.units = []
                 self._plan(heads[ns], self._with_root_runs if gone else self._all_but_head)
+                for unit in self.units:
+                    root_units = self._tied(root_units, unit) if gone else [*root_units, unit]
+            self.units = root_units
             return
         rooted = [ns for ns in others if self._names_its_roots(ns)]
         # Only the subgraph checkpoints that stay whatever the root's runs do keep theirs:

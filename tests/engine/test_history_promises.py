@@ -12,10 +12,22 @@ from typing import Any
 
 import pytest
 from compaction_kit import KEPT, TWIN, Shape, Twins, history_ids, memory_graph
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from savers import KINDS, open_sync
-from test_compaction import POLICIES, SHAPES, assert_like_twin, run_pass
+from test_compaction import (
+    POLICIES,
+    SHAPES,
+    assert_like_twin,
+    carry_out,
+    history_scenarios,
+    run_pass,
+)
+from test_rules_property import SETTINGS, Scenario
 
 from retaining_saver import Protection, RetentionPolicy, RetentionReport
+from retaining_saver._rules import Deletion, Lineage, NodeKey, plan_retention
+from retaining_saver._rules._runs import root_of
 from retaining_saver.testing.checks import integrity
 from retaining_saver.testing.graphs import FLAVORS, Flavor, thread, turn
 
@@ -149,3 +161,50 @@ def test_capped_passes_reach_the_uncapped_result(
         assert {k for p in passes for k in p.deleted} == set(uncapped.deleted)
         assert not run_pass(saver, policy, dry_run=True).deleted
         assert_like_twin(twins, before, uncapped, MEMORY)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="open: hypothesis finds random lineages (DeltaChannel walks, branches at fork "
+    "points) where repeated capped plans delete other checkpoints than one uncapped plan",
+)
+@SETTINGS
+@given(history_scenarios(), st.sampled_from([1, 2, 3, 5]))
+def test_repeated_capped_plans_reach_the_uncapped_plan(s: Scenario, cap: int) -> None:
+    """Over random lineages: each capped plan deletes at most `cap`, and, where the cap
+    holds a root checkpoint with the subgraph checkpoints written under it, something
+    while it defers anything; carried out one after another, they delete what one
+    uncapped plan deletes."""
+    policy = dataclasses.replace(
+        s.policy,
+        trailing_duration_leaves=False,
+        prune_leaf_sibling_branches=False,
+        graft_duration_links=False,
+        max_delete_per_run=None,
+    )
+    assume(all(not ns for ns, _ in s.nodes))  # a subgraph's piece may exceed the cap
+    lineage = Lineage.of("thread", s.nodes.values())
+    uncapped = {d_key(d) for d in plan_retention(lineage, policy, s.now).deletions}
+    # A root checkpoint goes with the subgraph checkpoints written under it, in one pass.
+    pieces = [
+        1 + sum(1 for k in uncapped if k[0] and root_of(s.nodes[k]) == cid)
+        for ns, cid in uncapped
+        if not ns
+    ]
+    nodes, deleted = dict(s.nodes), set[NodeKey]()
+    capped = dataclasses.replace(policy, max_delete_per_run=cap)
+    for _ in range(len(s.nodes) + 1):
+        plan = plan_retention(Lineage.of("thread", nodes.values()), capped, s.now)
+        assert len(plan.deletions) <= cap
+        if not plan.deletions:
+            break
+        deleted |= {d_key(d) for d in plan.deletions}
+        nodes = carry_out(nodes, plan)
+    assert deleted <= uncapped, f"{s!r} {cap}"
+    if max(pieces, default=0) <= cap:
+        assert not plan.deferred, "a capped pass made no progress"
+        assert deleted == uncapped
+
+
+def d_key(deletion: Deletion) -> NodeKey:
+    return (deletion.checkpoint_ns, deletion.checkpoint_id)
