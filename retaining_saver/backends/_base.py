@@ -294,6 +294,19 @@ class Backend(ABC):
     ) -> Op[list[BlobKey]]:
         """Delete each candidate blob no surviving checkpoint references; return those."""
 
+    def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+        """The candidates that have a blob row: what a dry run reports as freed.
+
+        Args:
+            thread_id: The thread whose blobs to look up.
+            candidates: The plan's freed blob keys.
+
+        Returns:
+            The candidates stored as blob rows, in their order.
+        """
+        yield from ()
+        return list(candidates)
+
     @abstractmethod
     def stats(self, thread_id: str | None) -> Op[StorageStats]:
         """Rows and bytes per table for the thread, or for the whole store."""

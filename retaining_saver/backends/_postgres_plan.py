@@ -134,6 +134,15 @@ RETURNING b.checkpoint_ns, b.channel, b.version
 """
 
 
+STORED_BLOBS_SQL = """
+SELECT b.checkpoint_ns, b.channel, b.version
+FROM checkpoint_blobs AS b
+JOIN jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
+    ON b.checkpoint_ns = k.checkpoint_ns AND b.channel = k.channel AND b.version = k.version
+WHERE b.thread_id = %s
+"""
+
+
 _CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
 _ROW_COLUMNS = ("ns", "id", "parent", "consumed")
 _BLOB_COLUMNS = ("checkpoint_ns", "channel", "version")
@@ -199,3 +208,12 @@ class PostgresPlans(SqlBackend):
         rows = yield Statement(DELETE_BLOBS_SQL, (keys, str(thread_id)), True)
         gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
         return [key for key in candidates if _blob_key(key) in gone]
+
+    def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+        """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
+        if not candidates:
+            return []
+        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+        rows = yield Statement(STORED_BLOBS_SQL, (keys, str(thread_id)), True)
+        found = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
+        return [key for key in candidates if _blob_key(key) in found]

@@ -208,3 +208,19 @@ def test_repeated_capped_plans_reach_the_uncapped_plan(s: Scenario, cap: int) ->
 
 def d_key(deletion: Deletion) -> NodeKey:
     return (deletion.checkpoint_ns, deletion.checkpoint_id)
+
+
+@pytest.mark.parametrize("policy_name", ["horizon-1", "compact"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dry_run_reports_what_the_pass_does(
+    kind: str, policy_name: str, request: pytest.FixtureRequest
+) -> None:
+    """A dry run's report is the real pass's, blob keys included."""
+    with open_sync(kind, request) as saver:
+        graph = memory_graph(saver)
+        _memory_turns(graph, KEPT)
+        dry = run_pass(saver, POLICIES[policy_name], dry_run=True)
+        real = run_pass(saver, POLICIES[policy_name])
+        assert real.deleted and dry.deleted == real.deleted
+        assert (dry.grafts, dry.roots, dry.kept) == (real.grafts, real.roots, real.kept)
+        assert sorted(dry.freed_blobs) == sorted(real.freed_blobs)
