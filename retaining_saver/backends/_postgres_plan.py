@@ -202,18 +202,18 @@ class PostgresPlans(SqlBackend):
         A candidate with no blob row (its value was inlined in the checkpoint
         JSONB) is not returned.
         """
-        if not candidates:
-            return []
-        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-        rows = yield Statement(DELETE_BLOBS_SQL, (keys, str(thread_id)), True)
-        gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        return [key for key in candidates if _blob_key(key) in gone]
+        return (yield from _blob_rows(DELETE_BLOBS_SQL, thread_id, candidates))
 
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
-        if not candidates:
-            return []
-        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-        rows = yield Statement(STORED_BLOBS_SQL, (keys, str(thread_id)), True)
-        found = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        return [key for key in candidates if _blob_key(key) in found]
+        return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
+
+
+def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+    """The candidates among the blob rows `sql` answers for them (deleted or found)."""
+    if not candidates:
+        return []
+    keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+    rows = yield Statement(sql, (keys, str(thread_id)), True)
+    answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
+    return [key for key in candidates if _blob_key(key) in answered]
