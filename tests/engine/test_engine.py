@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 import warnings
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -156,3 +159,31 @@ async def test_delete_thread_holds_the_thread_lock(
         ainner.adelete_thread = spied  # type: ignore[method-assign]
         await asaver.adelete_thread("d")
         assert aheld == [1]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3 autocommit= is Python 3.12+")
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_sqlite_autocommit_connections_end_every_transaction(
+    autocommit: bool, sqlite_path: str
+) -> None:
+    """On a connection opened with `autocommit=`, cleanup works and leaves no transaction
+    and no write lock behind: another connection can write at once."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, autocommit=autocommit)  # type: ignore[call-arg]
+    try:
+        saver = RetainingSaver(SqliteSaver(conn))
+        graph = chat_graph(saver)
+        for i in range(3):
+            graph.invoke(turn(i), thread("a"))
+        policy = RetentionPolicy(history_keep_runs=1, history_min_age=timedelta(0))
+        report = saver.enforce_thread_retention("a", policy)
+        assert report.deleted
+        assert autocommit is False or not conn.in_transaction
+        other = sqlite3.connect(sqlite_path, timeout=0)
+        other.execute("BEGIN IMMEDIATE")
+        other.rollback()
+        other.close()
+        graph.invoke(turn(9), thread("a"))
+    finally:
+        conn.close()
