@@ -97,6 +97,10 @@ def retention_pass(
         materialised=[(m.checkpoint_ns, m.checkpoint_id) for m in plan.materialise],
     )
     after: StorageStats | None = before
+    if dry_run and backend.stores_blobs and plan.freed_blobs and plan.deletions:
+        # As a real pass reports them: the blob rows it would delete.
+        stored = backend.stored_blobs(thread_id, plan.freed_blobs)
+        applied.freed_blobs = yield Run(stored, Mode.READ)
     if dry_run and plan.deletions:
         after = yield from _would_be_after(thread_id, backend, plan, before)
     if not dry_run and not plan.empty:

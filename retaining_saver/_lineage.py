@@ -43,6 +43,7 @@ class Protection(StrEnum):
     KEEP_STEP = "keep-step"
     LIVE_RUN = "live-run"
     PRE_V4_SENDS = "pre-v4-sends"
+    FORK_MEMORY = "fork-memory"
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,12 @@ class MaintenanceMixin(StorageMixin):
         if not isinstance(chosen, RetentionPolicy):
             raise TypeError(f"policy must be a RetentionPolicy or None, got {chosen!r}")
         protected = chosen.protect_checkpoint_ids | self.policy.protect_checkpoint_ids
-        return dataclasses.replace(chosen, protect_checkpoint_ids=protected)
+        # Admission judges leaves by the saver's predicate: so does a pass whose policy
+        # names none.
+        leaf = chosen.is_reclaimable_leaf or self.policy.is_reclaimable_leaf
+        return dataclasses.replace(
+            chosen, protect_checkpoint_ids=protected, is_reclaimable_leaf=leaf
+        )
 
     def _retention_pass(
         self,

@@ -8,6 +8,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._effects import Invalidate, Performer
+from retaining_saver._locks import ThreadLocks
 
 
 class CachePurgeMixin:
@@ -20,12 +21,17 @@ class CachePurgeMixin:
 
     inner: BaseCheckpointSaver[Any]
     performer: Performer
+    locks: ThreadLocks
 
     def delete_thread(self, thread_id: str) -> Any:
-        return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
+        # Under the thread's lock: a reclaim in this process cannot record a reclaimed id
+        # after the thread's records were forgotten.
+        with self.locks.hold(str(thread_id)):
+            return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> Any:
-        return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
+        async with self.locks.ahold(str(thread_id)):
+            return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
 
     def _inner_prune(self, thread_ids: Sequence[str], strategy: str) -> Any:
         """The inner saver's own `prune`, for a saver whose storage is not supported."""

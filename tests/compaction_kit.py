@@ -15,11 +15,20 @@ from datetime import datetime
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from retaining_saver.testing.graphs import chat_graph, line_graph, thread, turn
+from retaining_saver.testing.graphs import (
+    Flavor,
+    FullChat,
+    chat_graph,
+    extend_all,
+    line_graph,
+    thread,
+    turn,
+)
 
 KEPT, TWIN = "kept", "twin"
 
@@ -95,6 +104,31 @@ def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     builder.add_edge("b", "join")
     builder.add_edge("join", END)
     return builder.compile(checkpointer=saver)
+
+
+class Memory(TypedDict, total=False):
+    memory: Annotated[list[str], operator.add]
+    turns: int
+
+
+class DeltaMemory(TypedDict, total=False):
+    memory: Annotated[list[str], DeltaChannel(extend_all, snapshot_frequency=3)]
+    turns: int
+
+
+def _remember(state: Any) -> dict[str, Any]:
+    seen = len(state.get("memory", []))
+    return {"memory": [f"m{seen}"], "turns": seen + 1}
+
+
+def memory_graph(saver: BaseCheckpointSaver[Any], flavor: Flavor = "full") -> Any:
+    """`START -> pre -> inner -> post -> END` over `FullChat`, where `inner` is a
+    `checkpointer=True` subgraph that keeps its memory (namespace `inner`, a DeltaChannel
+    for "delta") across turns and reports its length as `turns`. A fork from a root
+    checkpoint makes LangGraph load its latest checkpoint before that one."""
+    inner = line_graph(DeltaMemory if flavor == "delta" else Memory, [("m", _remember)], True)
+    pre, post = (lambda s: {"said": ["pre"]}), (lambda s: {"said": ["post"]})
+    return line_graph(FullChat, [("pre", pre), ("inner", inner), ("post", post)], saver)
 
 
 def history_ids(graph: Any, thread_id: str) -> list[str]:

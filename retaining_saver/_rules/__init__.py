@@ -3,14 +3,14 @@
 Everything that decides a deletion lives in this package, as functions of a
 thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
 leaves, and what a step proved), `_plan` (a thread's plan), `_history`
-(the history rules), `_reads` (what a checkpoint they keep reads from its
-ancestors), `_runs` (the runs, steps, DeltaChannel walks and subgraph
-namespaces those rules read), `_runs_removal` (what `delete_for_runs`
-removes) and `_idle` (which whole threads an `IdleThreadPolicy` expires: idle
-by their time-ordered ids, not waiting on a resume, not vetoed). `_legend`
-holds one line per reason and protection (`explain`), which the command
-line's legend and `docs/rules.md` (anchored by value) use. This page is their
-table of contents.
+(the history rules), `_cap` (how `max_delete_per_run` bounds them), `_reads`
+(what a checkpoint they keep reads from its ancestors), `_runs` (the runs,
+steps, DeltaChannel walks and subgraph namespaces those rules read),
+`_runs_removal` (what `delete_for_runs` removes) and `_idle` (which whole
+threads an `IdleThreadPolicy` expires: idle by their time-ordered ids, not
+waiting on a resume, not vetoed). `_legend` holds one line per reason and
+protection (`explain`), which the command line's legend and `docs/rules.md`
+(anchored by value) use. This page is their table of contents.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
@@ -32,7 +32,9 @@ it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verd
 |                              | (graft)   | children are re-parented to its parent        |
 | beyond the history horizon   | opt-in    | on the root namespace's head line, older than |
 |                              | (root,    | its newest `history_keep_runs` runs (0: older |
-|                              | graft)    | than the head), or in a branch forked there;  |
+|                              | graft)    | than the head; an interrupted head's run, the |
+|                              |           | head owning writes, is kept under every N),   |
+|                              |           | or in a branch forked there;                  |
 |                              |           | under `keep_latest`, every checkpoint of a    |
 |                              |           | namespace but its head; a subgraph checkpoint |
 |                              |           | whose root checkpoint goes (below). Older     |
@@ -55,13 +57,17 @@ the last before the next input checkpoint (what precedes the first input is a
 run of its own).
 
 Subgraph namespaces go with the root's runs: a subgraph checkpoint names the
-root checkpoint it was written under (`parents[""]`) and goes when that one
-goes, and only then. A subgraph call's namespace (`node:task_id`) goes whole
-or stays; a `checkpointer=True` subgraph's (no task id) keeps its head, the
-subgraph's memory. A namespace that does not name its roots is left alone
-(under `keep_latest`, it keeps its latest). Only subgraph checkpoints that
-stay whatever the runs do (a head, a protection) keep the root checkpoints
-they name (`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none.
+root checkpoint it was written under (`parents[""]`) and goes only when that
+one goes, unless a protection keeps it. A subgraph call's namespace
+(`node:task_id`) goes whole or stays; a `checkpointer=True` subgraph's (no task
+id) keeps its head, the subgraph's memory, and for every root checkpoint kept
+the checkpoint a fork from it loads as that memory (`fork-memory`: LangGraph's
+replay loads the subgraph's latest checkpoint before the fork point). A
+namespace that does not name its roots is left alone (under `keep_latest`, it
+keeps its latest). Only subgraph checkpoints that stay whatever the runs do (a
+head, a protection other than `fork-memory`) keep the root checkpoints they name
+(`subgraph-parent`); `keep_latest`, as upstream's prune, keeps none, and keeps
+no fork memory either.
 
 DeltaChannels (named in `counters_since_delta_snapshot` metadata) rebuild a
 value from ancestors' writes back to the nearest checkpoint that stores it
@@ -84,9 +90,15 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | too-young              | superseded subtree whose newest checkpoint is inside the TTL   |
 | fork-point-missing     | off-chain subtree whose fork point row is missing: unproven    |
 | not-enabled            | deletable shape whose rule the policy leaves off               |
-| capped                 | deletable, deferred by `max_delete_per_run`; a history unit    |
+| capped                 | deletable, deferred by `max_delete_per_run`. A history unit    |
 |                        | (a removed stretch with its graft or root, and the subgraph    |
-|                        | checkpoints that go with it) is deferred whole                 |
+|                        | checkpoints that go with it) that does not fit goes newest     |
+|                        | part first: its kept child is grafted onto the newest          |
+|                        | checkpoint of the stretch that stays (`_cap`), so every pass   |
+|                        | deletes up to the cap and repeated passes reach the uncapped   |
+|                        | result. A root checkpoint goes in one pass with the subgraph   |
+|                        | checkpoints written under it: a cap below that many, or where  |
+|                        | no part leaves the rest on its parents, defers the unit whole  |
 | parent-of-young        | parent of a checkpoint inside `history_min_age`: a young       |
 |                        | checkpoint's parent link is never rewritten                    |
 | delta-history          | on a kept checkpoint's walk back to a delta channel's stored   |
@@ -96,6 +108,12 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | live-run               | super-step of the head's run while the head owns writes        |
 | pre-v4-sends           | parent of a kept checkpoint older than format 4, which reads   |
 |                        | its pending sends from this one's writes (history rules)       |
+| fork-memory            | a `checkpointer=True` subgraph's latest checkpoint before a    |
+|                        | kept root checkpoint (before its parent, for an `update` or    |
+|                        | `fork` one): a fork from that one loads it as the subgraph's   |
+|                        | memory; and the parent of a kept `update`/`fork` checkpoint    |
+|                        | (a duration link too), which bounds that read (not under       |
+|                        | `keep_latest`, which keeps only heads, as upstream's prune)    |
 
 Under the history rules, too-young also names a checkpoint younger than
 `history_min_age`, explicit keeps its whole ancestor chain, and any kept

@@ -80,6 +80,8 @@ class _History(_AncestorReads):
         self.taken = taken
         self.scope: set[NodeKey] = set()
         self.removed: set[NodeKey] = set()
+        self.reasons: dict[NodeKey, Reason] = {}
+        self.lines: dict[str, list[NodeKey]] = {}
         self.units: list[_HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
@@ -89,6 +91,12 @@ class _History(_AncestorReads):
         )
         self.unnamed_delta = any(
             DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
+        )
+        # What forks from kept root checkpoints load as `checkpointer=True` subgraph
+        # memory: known once the root namespace is planned.
+        self.fork_memory: set[NodeKey] = set()
+        self.replays_memory = not self.policy.keep_latest and any(
+            ns != ROOT_NAMESPACE and is_persistent(ns) for ns, _ in self.lineage.nodes
         )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
         # keep_latest none are, as upstream's prune keeps none.
@@ -105,9 +113,14 @@ class _History(_AncestorReads):
         if self.policy.keep_latest:
             if ROOT_NAMESPACE in heads:
                 self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
+            root_units = self.units
             for ns in others:
                 gone = not is_persistent(ns) and self._names_its_roots(ns)
+                self.units = []
                 self._plan(heads[ns], self._with_root_runs if gone else self._all_but_head)
+                for unit in self.units:
+                    root_units = self._tied(root_units, unit) if gone else [*root_units, unit]
+            self.units = root_units
             return
         rooted = [ns for ns in others if self._names_its_roots(ns)]
         # Only the subgraph checkpoints that stay whatever the root's runs do keep theirs:
@@ -121,6 +134,10 @@ class _History(_AncestorReads):
         }
         if ROOT_NAMESPACE in heads:
             self._plan(heads[ROOT_NAMESPACE], self._by_runs)
+        kept_roots = (k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE)
+        self.fork_memory = self._fork_memory(
+            (k for k in kept_roots if k not in self.removed and k not in self.taken), rooted
+        )
         root_units = self.units
         for ns in rooted:
             self.units = []
@@ -157,7 +174,7 @@ class _History(_AncestorReads):
         if self.policy.history_keep_runs is not None:
             removal.update(dict.fromkeys(self._beyond_horizon(runs), Reason.BEYOND_HORIZON))
         if self.policy.compact_steps:
-            for key in self._compacted_steps(runs, head):
+            for key in self._compacted_steps(runs):
                 removal.setdefault(key, Reason.COMPACTED_STEP)
         return removal
 
@@ -213,6 +230,8 @@ class _History(_AncestorReads):
         for key in removed:
             self.kept.pop(key, None)
         self.removed |= removed.keys()
+        self.reasons.update(removed)
+        self.lines[head[0]] = line
         self.units += self._units(line, removed)
 
     def _line(self, head: NodeKey) -> list[NodeKey]:
@@ -235,14 +254,19 @@ class _History(_AncestorReads):
         return found
 
     def _beyond_horizon(self, runs: Sequence[Sequence[CheckpointNode]]) -> set[NodeKey]:
-        keep = self.policy.history_keep_runs or 0
+        # An interrupted head (it owns writes: an interrupt, a resume) makes its run live:
+        # kept whole under every horizon, so the turn regenerates from its input.
+        keep = max(self.policy.history_keep_runs or 0, 1 if self._live(runs) else 0)
         newest = [runs[-1][-1]] if keep == 0 else [n for run in runs[-keep:] for n in run]
         return self.ns_scope - self._descendants((n.checkpoint_ns, n.checkpoint_id) for n in newest)
 
-    def _compacted_steps(
-        self, runs: Sequence[Sequence[CheckpointNode]], head: NodeKey
-    ) -> Iterable[NodeKey]:
-        live = self.lineage.nodes[head].write_count > 0
+    def _live(self, runs: Sequence[Sequence[CheckpointNode]]) -> bool:
+        """Whether the head's run is live: the head owns writes (an interrupt waiting,
+        a resume given, a failed task's siblings' results)."""
+        return bool(runs) and runs[-1][-1].write_count > 0
+
+    def _compacted_steps(self, runs: Sequence[Sequence[CheckpointNode]]) -> Iterable[NodeKey]:
+        live = self._live(runs)
         keep_step = self.policy.keep_step
         for run in runs:
             for node in compactable_steps(run):
@@ -274,6 +298,8 @@ class _History(_AncestorReads):
                 keep(key, Protection.EXPLICIT, to_root=True)
             if key in self.named_parents:
                 keep(key, Protection.SUBGRAPH_PARENT)
+            if key in self.fork_memory:
+                keep(key, Protection.FORK_MEMORY)
             if node.write_count and not self.planner._kids(node):
                 keep(key, Protection.PENDING_WRITES)
             if self._young(node):
@@ -365,19 +391,3 @@ class _History(_AncestorReads):
         at = min((i for i, u in enumerate(units) if any(u is t for t in ties)), default=len(units))
         before = sum(1 for u in units[:at] if all(u is not t for t in ties))
         return [*rest[:before], merged, *rest[before:]]
-
-    def capped(self, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
-        """The units that fit in `room` deletions, taken whole, and the ones deferred.
-
-        After the first unit that does not fit, every later one waits too: a
-        subgraph namespace's units follow the root's, and must not go while the
-        root checkpoints they belong to stay.
-        """
-        fitting = len(self.units)
-        for index, unit in enumerate(self.units):
-            if room is not None and len(unit.deletions) > room:
-                fitting = index
-                break
-            if room is not None:
-                room -= len(unit.deletions)
-        return self.units[:fitting], self.units[fitting:]

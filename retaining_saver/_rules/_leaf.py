@@ -87,13 +87,17 @@ def has_marker(node: CheckpointNode, policy: RetentionPolicy) -> bool:
 
 def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
     """Whether `node` holds exactly its parent's state, compared as whole maps, with the
-    same values stored (a delta walk through either stops at the same place)."""
+    same values stored (a delta walk through either stops at the same place).
+
+    `stored` None is a fact not loaded: it matches only another unloaded one (both
+    read by the same loader), never a loaded set.
+    """
     return (
         node.parent_id == parent.checkpoint_id
         and node.checkpoint_ns == parent.checkpoint_ns
         and dict(node.channel_versions) == dict(parent.channel_versions)
         and dict(node.versions_seen) == dict(parent.versions_seen)
-        and (node.stored or frozenset()) == (parent.stored or frozenset())
+        and node.stored == parent.stored
     )
 
 

@@ -72,6 +72,9 @@ PROTECTIONS: Mapping[Protection, str] = MappingProxyType(
         Protection.PRE_V4_SENDS: (
             "parent of a kept pre-format-4 checkpoint, which reads its sends from this one"
         ),
+        Protection.FORK_MEMORY: (
+            "a checkpointer=True subgraph's memory that a fork from a kept turn loads"
+        ),
     }
 )
 

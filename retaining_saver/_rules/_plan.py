@@ -17,9 +17,9 @@ from retaining_saver._lineage import (
     Plan,
     Protection,
     Reason,
-    Root,
 )
 from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules._cap import capped
 from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import (
     _aware,
@@ -29,6 +29,7 @@ from retaining_saver._rules._leaf import (
     leaf_deletion,
     leaf_skip,
 )
+from retaining_saver._rules._reads import moves_fork_memory
 from retaining_saver._rules._runs import parents_named
 
 
@@ -68,7 +69,7 @@ class _Planner:
         units += links
         deletions, deferred = _cap(units, self.policy.max_delete_per_run)
         # History units come last: their stretches parent no other rule's deletions.
-        taken_units, deferred_units = history.capped(self._room_left(len(deletions)))
+        taken_units, deferred_units = capped(history, self._room_left(len(deletions)))
         deletions += [d for unit in taken_units for d in unit.deletions]
         deferred += [d for unit in deferred_units for d in unit.deletions]
         for deletion in deferred:
@@ -85,14 +86,15 @@ class _Planner:
             freed_blobs=_freed_blobs(self.lineage, done),
             roots=roots,
             materialise=tuple(
-                Materialise(r.checkpoint_ns, r.checkpoint_id, channels, self._versions(r, channels))
-                for r in roots
-                if (channels := history.materialise.get((r.checkpoint_ns, r.checkpoint_id)))
+                Materialise(key[0], key[1], channels, self._versions(key, channels))
+                for key in [(r.checkpoint_ns, r.checkpoint_id) for r in roots]
+                + [(g.checkpoint_ns, g.child_id) for u in taken_units for g in u.grafts]
+                if (channels := history.materialise.get(key))
             ),
         )
 
-    def _versions(self, root: Root, channels: Sequence[str]) -> tuple[str, ...]:
-        versions = self.lineage.nodes[(root.checkpoint_ns, root.checkpoint_id)].channel_versions
+    def _versions(self, key: NodeKey, channels: Sequence[str]) -> tuple[str, ...]:
+        versions = self.lineage.nodes[key].channel_versions
         return tuple(str(versions[c]) for c in channels)
 
     def _room_left(self, planned: int) -> int | None:
@@ -176,7 +178,13 @@ class _Planner:
         )
         on_writes = [k for k in links if not _graftable_onto(self._parent(k))]
         self.kept.update(dict.fromkeys(on_writes, Protection.LINK_ON_WRITES))
-        links = [k for k in links if k not in on_writes]
+        memory = [
+            k
+            for k in links
+            if moves_fork_memory(self.lineage, self.lineage.nodes[k], self.children.get(k, []))
+        ]
+        self.kept.update(dict.fromkeys(memory, Protection.FORK_MEMORY))
+        links = [k for k in links if k not in on_writes and k not in memory]
         if not self.policy.graft_duration_links:
             self.kept.update(dict.fromkeys(links, Protection.DURATION_LINK))
             return []

@@ -1,16 +1,22 @@
 """What a checkpoint the history rules keep reads from its ancestors, which must stay
-with it: a DeltaChannel value's walk back to where it is stored, and a pre-v4
-checkpoint's pending sends in its parent's writes. No I/O."""
+with it: a DeltaChannel value's walk back to where it is stored, a pre-v4
+checkpoint's pending sends in its parent's writes, and the `checkpointer=True`
+subgraph memory a fork from it loads. No I/O."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from retaining_saver._lineage import CheckpointNode, Lineage, NodeKey, Protection, Reason
 from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
-from retaining_saver._rules._runs import walk
+from retaining_saver._rules._runs import is_persistent, walk
+
+FORK_SOURCES = ("update", "fork")
+"""Sources of checkpoints that a fork replays from their parent: LangGraph bounds its
+subgraphs' memory by the parent's id, as the fork was written after their checkpoints."""
 
 
 class _AncestorReads:
@@ -21,6 +27,7 @@ class _AncestorReads:
     delta: frozenset[str]
     pre_v4: bool
     ns_scope: set[NodeKey]
+    replays_memory: bool
 
     def _walks(
         self,
@@ -75,7 +82,7 @@ class _AncestorReads:
                 walked, materialise = self._walks(self.ns_scope - removed.keys(), removed, line)
                 rescued.update(walked)
                 removed = {k: r for k, r in removed.items() if k not in walked}
-            needed = self._sends_parents(removed)
+            needed = self._sends_parents(removed) | self._replay_parents(removed)
             if not needed:
                 return removed, materialise
             rescued.update(needed)
@@ -121,3 +128,66 @@ class _AncestorReads:
         """The delta channels `node` has a version of but does not store."""
         stored = node.stored or frozenset()
         return [c for c in sorted(self.delta) if c in node.channel_versions and c not in stored]
+
+    def _replay_parents(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
+        """The parents of kept root `update`/`fork` checkpoints in `removed`, to keep
+        while a `checkpointer=True` subgraph's memory is rebuilt from them.
+
+        A fork from such a checkpoint loads each such subgraph's latest checkpoint
+        before its parent's id: a new parent (older) or none (then its own id,
+        newer) would load other memory.
+        """
+        if not self.replays_memory:
+            return {}
+        needed: dict[NodeKey, Protection] = {}
+        for key in self.ns_scope - removed.keys():
+            node = self.lineage.nodes[key]
+            parent_key = (ROOT_NAMESPACE, str(node.parent_id))
+            if (
+                key[0] == ROOT_NAMESPACE
+                and node.metadata.get("source") in FORK_SOURCES
+                and parent_key in removed
+            ):
+                needed[parent_key] = Protection.FORK_MEMORY
+        return needed
+
+    def _fork_memory(self, kept_roots: Iterable[NodeKey], spaces: Iterable[str]) -> set[NodeKey]:
+        """In each `checkpointer=True` subgraph namespace of `spaces`, the checkpoint a fork
+        from each of `kept_roots` loads as the subgraph's memory: its latest one before
+        the fork's replay bound (`replay_bound`)."""
+        bounds = {replay_bound(self.lineage.nodes[key]) for key in kept_roots}
+        found: set[NodeKey] = set()
+        for ns in spaces:
+            if not is_persistent(ns):
+                continue
+            ids = sorted(cid for space, cid in self.lineage.nodes if space == ns)
+            for bound in bounds:
+                at = bisect_left(ids, bound)
+                if at:
+                    found.add((ns, ids[at - 1]))
+        return found
+
+
+def replay_bound(node: CheckpointNode) -> str:
+    """The id before which a fork from the root checkpoint `node` loads its
+    `checkpointer=True` subgraphs' memory: its parent's for an `update`/`fork`
+    checkpoint, else its own (LangGraph's `ReplayState`)."""
+    if node.metadata.get("source") in FORK_SOURCES and node.parent_id is not None:
+        return node.parent_id
+    return node.checkpoint_id
+
+
+def moves_fork_memory(lineage: Lineage, link: CheckpointNode, kids: Iterable[NodeKey]) -> bool:
+    """Whether grafting `kids` past the root checkpoint `link` onto its parent moves what a
+    fork from one of them loads as a `checkpointer=True` subgraph's memory: an `update`/
+    `fork` child's replay bound becomes the parent's id, and a subgraph checkpoint lies
+    between the two."""
+    if link.checkpoint_ns != ROOT_NAMESPACE or not any(
+        lineage.nodes[k].metadata.get("source") in FORK_SOURCES for k in kids
+    ):
+        return False
+    floor = link.parent_id or ""
+    return any(
+        ns != ROOT_NAMESPACE and is_persistent(ns) and floor <= cid < link.checkpoint_id
+        for ns, cid in lineage.nodes
+    )

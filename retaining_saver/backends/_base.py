@@ -277,6 +277,19 @@ class Backend(ABC):
     ) -> Op[list[BlobKey]]:
         """Delete each candidate blob no surviving checkpoint references; return those."""
 
+    def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+        """The candidates that have a blob row: what a dry run reports as freed.
+
+        Args:
+            thread_id: The thread whose blobs to look up.
+            candidates: The plan's freed blob keys.
+
+        Returns:
+            The candidates stored as blob rows, in their order.
+        """
+        yield from ()
+        return list(candidates)
+
     @abstractmethod
     def run_threads(self, run_ids: Sequence[str]) -> Op[list[str]]:
         """The threads holding a checkpoint whose metadata names one of `run_ids`, in order."""

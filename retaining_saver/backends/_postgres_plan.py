@@ -134,6 +134,15 @@ RETURNING b.checkpoint_ns, b.channel, b.version
 """
 
 
+STORED_BLOBS_SQL = """
+SELECT b.checkpoint_ns, b.channel, b.version
+FROM checkpoint_blobs AS b
+JOIN jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
+    ON b.checkpoint_ns = k.checkpoint_ns AND b.channel = k.channel AND b.version = k.version
+WHERE b.thread_id = %s
+"""
+
+
 _CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
 _ROW_COLUMNS = ("ns", "id", "parent", "consumed")
 _BLOB_COLUMNS = ("checkpoint_ns", "channel", "version")
@@ -193,9 +202,18 @@ class PostgresPlans(SqlBackend):
         A candidate with no blob row (its value was inlined in the checkpoint
         JSONB) is not returned.
         """
-        if not candidates:
-            return []
-        keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-        rows = yield Statement(DELETE_BLOBS_SQL, (keys, str(thread_id)), True)
-        gone = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
-        return [key for key in candidates if _blob_key(key) in gone]
+        return (yield from _blob_rows(DELETE_BLOBS_SQL, thread_id, candidates))
+
+    def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+        """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
+        return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
+
+
+def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+    """The candidates among the blob rows `sql` answers for them (deleted or found)."""
+    if not candidates:
+        return []
+    keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+    rows = yield Statement(sql, (keys, str(thread_id)), True)
+    answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
+    return [key for key in candidates if _blob_key(key) in answered]

@@ -59,6 +59,8 @@ from retaining_saver.backends._sqlite_threads import THREAD_SQL
 logger = logging.getLogger("retaining_saver")
 
 BEGIN_SQL = "BEGIN IMMEDIATE"
+COMMIT_SQL = "COMMIT"
+ROLLBACK_SQL = "ROLLBACK"
 
 SELECT_COMMIT_MODE_SQL = """
 SELECT s.synchronous, j.journal_mode FROM pragma_synchronous() AS s, pragma_journal_mode() AS j
@@ -240,17 +242,36 @@ def _execute(conn: sqlite3.Connection, statement: Statement) -> list[Row]:
 
 
 def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
+    """`op` in one transaction, ended whatever happens.
+
+    Python 3.12's `autocommit=True` makes `commit()` and `rollback()` do nothing:
+    our `BEGIN` is ended by statements. Under `autocommit=False` a transaction is
+    always open, so none can begin: `op` runs in it (SQLite refuses to commit
+    a write over a snapshot another writer changed) and it is committed.
+    """
+    mode = getattr(conn, "autocommit", None)
     with _commit_without_fsync(conn):
         try:
-            _execute(conn, Statement(BEGIN_SQL))
+            if mode is not False:
+                _execute(conn, Statement(BEGIN_SQL))
             result = drive_statements(op, partial(_execute, conn))
-            conn.commit()
+            _end(conn, mode, COMMIT_SQL)
         except BaseException:
             # Whatever failed after BEGIN ran must not leave the connection inside it.
-            if conn.in_transaction:
-                conn.rollback()
+            _end(conn, mode, ROLLBACK_SQL)
             raise
     return result
+
+
+def _end(conn: sqlite3.Connection, mode: object, sql: str) -> None:
+    """Commit or roll back (`sql`) the transaction open on `conn`, in its `autocommit` mode."""
+    if mode is True:
+        if conn.in_transaction:
+            _execute(conn, Statement(sql))
+    elif sql == COMMIT_SQL:
+        conn.commit()
+    elif conn.in_transaction or mode is False:
+        conn.rollback()
 
 
 @contextmanager
@@ -280,8 +301,12 @@ def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def _statements(conn: sqlite3.Connection, op: Op[T]) -> T:
-    """`op`'s statements with no transaction of ours, as the saver runs its reads."""
-    return drive_statements(op, partial(_execute, conn))
+    """`op`'s statements with no transaction of ours, as the saver runs its reads; under
+    `autocommit=False`, the transaction they ran in is ended, so no read lock stays."""
+    result = drive_statements(op, partial(_execute, conn))
+    if getattr(conn, "autocommit", None) is False:
+        conn.rollback()
+    return result
 
 
 async def _on_connection_thread(

@@ -38,6 +38,7 @@ from retaining_saver._rules import (
     plan_retention,
     root_holds,
 )
+from retaining_saver._rules._reads import replay_bound
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import chat_graph, subgraph_chat, thread, turn
 
@@ -301,7 +302,8 @@ def test_subgraph_namespaces_go_with_their_root_runs(
 ) -> None:
     """A subgraph's checkpoints go with, and only with, the root run they belong to: a
     per-call namespace goes whole with its run; a `checkpointer=True` subgraph keeps its
-    head (its memory) and whatever belongs to a kept run. Every kept root checkpoint
+    head (its memory), what a fork from a kept root checkpoint loads as its memory, and
+    whatever belongs to a kept run. Every kept root checkpoint
     shows the same `get_state(subgraphs=True)`, and both threads go on alike."""
     with open_sync(kind, request) as saver:
         graph = subgraph_chat(saver, persistent=persistent)
@@ -320,9 +322,9 @@ def test_subgraph_namespaces_go_with_their_root_runs(
         deleted_roots = {cid for ns, cid in report.deleted if ns == ""}
         subgraph_deleted = {key for key in report.deleted if key[0]}
         assert deleted_roots and subgraph_deleted
-        for key in roots:  # with, and only with
+        for key in roots:  # with, and only with: but the memory forks from kept turns load
             assert (key in subgraph_deleted) == (roots[key] in deleted_roots) or (
-                persistent and key == max(roots)
+                persistent and (key == max(roots) or report.kept[key] is Protection.FORK_MEMORY)
             ), key
         left = {t.config["configurable"]["checkpoint_ns"] for t in saver.list(thread(KEPT))}
         if persistent:
@@ -337,14 +339,17 @@ def test_subgraph_namespaces_go_with_their_root_runs(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_capped_pass_defers_a_whole_stretch(kind: str, request: pytest.FixtureRequest) -> None:
+def test_a_capped_pass_takes_a_stretchs_newest_part(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
     with open_sync(kind, request) as saver:
         twins = Twins.write(SHAPES[1], saver)
         before = history_ids(twins.graph, KEPT)
         capped = dataclasses.replace(POLICIES["horizon-2+compact"], max_delete_per_run=3)
         report = run_pass(saver, capped)
-        # Each compacted stretch is two super-steps: one fits, the next does not.
-        assert len(report.deleted) == 2 and len(report.grafts) == 1 and not report.roots
+        # Each compacted stretch is two super-steps: one fits, and the newest step of the
+        # next, its kept child grafted onto the step still to go.
+        assert len(report.deleted) == 3 and len(report.grafts) == 2 and not report.roots
         assert Protection.CAPPED in report.kept.values()
         assert_like_twin(twins, before, report, SHAPES[1])
 
@@ -506,8 +511,24 @@ def test_history_rules_keep_every_chain_and_protection(s: Scenario) -> None:
     assert not chains & history, "an explicit id's chain lost a checkpoint"
     assert not {("", c) for c in history_children} & chains, "an explicit id's chain re-parented"
     assert_namespaces_go_with_their_runs(s, plan, after, history)
+    if not s.policy.keep_latest:
+        assert_forks_load_the_same_memory(s, after)
     assert_delta_values_unchanged(s, plan, after)
     assert_pre_v4_sends_unchanged(s, after)
+
+
+def assert_forks_load_the_same_memory(s: Scenario, after: Mapping[NodeKey, CheckpointNode]) -> None:
+    """A fork from every surviving root checkpoint loads each `checkpointer=True`
+    subgraph's latest checkpoint before its replay bound: the same one as before."""
+
+    def memory(nodes: Mapping[NodeKey, CheckpointNode], key: NodeKey, ns: str) -> str | None:
+        bound = replay_bound(nodes[key])
+        return max((cid for space, cid in nodes if space == ns and cid < bound), default=None)
+
+    persistent = {ns for ns, _ in s.nodes if ns and ":" not in ns.rsplit("|", 1)[-1]}
+    for key in (k for k in after if k[0] == ""):
+        for ns in persistent:
+            assert memory(after, key, ns) == memory(s.nodes, key, ns), (key, ns)
 
 
 def assert_pre_v4_sends_unchanged(s: Scenario, after: Mapping[NodeKey, CheckpointNode]) -> None:
@@ -530,7 +551,7 @@ def assert_namespaces_go_with_their_runs(
     """Each namespace's latest state stays, unless a task namespace went whole with its
     root run; a subgraph checkpoint goes with, and only with, its root checkpoint
     (under keep_latest: every namespace keeps just its head); a root checkpoint a
-    surviving subgraph checkpoint names stays."""
+    surviving subgraph checkpoint names stays, but for a fork's memory."""
     for ns in {k[0] for k in s.nodes}:
         head = max(k for k in s.nodes if k[0] == ns)
         survivors = [k for k in after if k[0] == ns]
@@ -545,7 +566,14 @@ def assert_namespaces_go_with_their_runs(
             assert ("", _root(s.nodes[key])) in history, f"{key} went without its root"
             assert ":" in key[0] or key != max(k for k in s.nodes if k[0] == key[0]), key
     if not s.policy.keep_latest:
-        named = {parent for k in after for parent in _named_parents({k: s.nodes[k]})}
+        # What a fork loads as a subgraph's memory keeps no root checkpoint: that one's own
+        # fork memory is older still, and so on back to the thread's start.
+        named = {
+            parent
+            for k in after
+            if plan.kept.get(k) is not Protection.FORK_MEMORY
+            for parent in _named_parents({k: s.nodes[k]})
+        }
         assert not named & history, "a root checkpoint a kept subgraph checkpoint names went"
 
 
@@ -557,12 +585,13 @@ def assert_delta_values_unchanged(
     s: Scenario, plan: Plan, after: Mapping[NodeKey, CheckpointNode]
 ) -> None:
     """Every survivor rebuilds each delta value from the same rows as before, or stores
-    it (materialised, only at a root the pass made, only for the graph's channels)."""
+    it (materialised, only at a root the pass made, or, capped, at the kept checkpoint
+    it grafts onto the stretch's part still to go; only for the graph's channels)."""
     for stored in plan.materialise:
         key = (stored.checkpoint_ns, stored.checkpoint_id)
         assert stored.checkpoint_id in {
             r.checkpoint_id for r in plan.roots if r.checkpoint_ns == key[0]
-        }
+        } | {g.child_id for g in plan.grafts if g.checkpoint_ns == key[0]}
         assert set(stored.channels) <= s.policy.materializable
     if not any(DELTA_METADATA_KEY in n.metadata for n in s.nodes.values()):
         return

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 import warnings
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -88,6 +91,21 @@ def test_saver_protected_ids_apply_to_engine() -> None:
     assert saver.admit("p").reclaimed == ()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_saver_leaf_predicate_applies_to_a_callers_policy(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Admission and the engine judge leaves by one predicate: a caller's policy that names
+    none gets the saver's, as it gets the saver's protected ids."""
+    with open_sync(kind, request) as inner:
+        chat_graph(inner).invoke(turn(0), thread("p"))
+        assert write_duration_leaf(inner, "p") is not None
+        saver = RetainingSaver(inner, is_reclaimable_leaf=lambda node: False)
+        assert saver.admit("p").reclaimed == ()
+        report = saver.enforce_thread_retention("p", RetentionPolicy(), dry_run=True)
+        assert not report.deleted
+
+
 def test_parent_index_is_created(pg_dsn: str, request: pytest.FixtureRequest) -> None:
     import psycopg
 
@@ -115,3 +133,61 @@ def _sqlite_indexes(conn: Any) -> set[str]:
     """The store's own indexes (not SQLite's automatic ones)."""
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
     return {r[0] for r in rows if not r[0].startswith("sqlite_autoindex")}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_delete_thread_holds_the_thread_lock(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A reclaim in this process holds the thread's lock: `delete_thread` takes it too, so
+    it cannot forget the thread's records while a reclaim is writing one."""
+    with open_sync(kind, request) as inner:
+        chat_graph(inner).invoke(turn(0), thread("d"))
+        saver = RetainingSaver(inner)
+        held: list[int] = []
+        deleting = inner.delete_thread
+        inner.delete_thread = lambda t: (held.append(len(saver.locks)), deleting(t))[1]  # type: ignore[method-assign]
+        saver.delete_thread("d")
+        assert held == [1]
+        assert inner.get_tuple(thread("d")) is None
+    async with open_async(kind, request) as ainner:
+        await chat_graph(ainner).ainvoke(turn(0), thread("d"))
+        asaver = RetainingSaver(ainner)
+        aheld: list[int] = []
+        adeleting = ainner.adelete_thread
+
+        async def spied(thread_id: str) -> None:
+            aheld.append(len(asaver.locks))
+            await adeleting(thread_id)
+
+        ainner.adelete_thread = spied  # type: ignore[method-assign]
+        await asaver.adelete_thread("d")
+        assert aheld == [1]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3 autocommit= is Python 3.12+")
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_sqlite_autocommit_connections_end_every_transaction(
+    autocommit: bool, sqlite_path: str
+) -> None:
+    """On a connection opened with `autocommit=`, cleanup works and leaves no transaction
+    and no write lock behind: another connection can write at once."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, autocommit=autocommit)  # type: ignore[call-arg]
+    try:
+        saver = RetainingSaver(SqliteSaver(conn))
+        graph = chat_graph(saver)
+        for i in range(3):
+            graph.invoke(turn(i), thread("a"))
+        policy = RetentionPolicy(history_keep_runs=1, history_min_age=timedelta(0))
+        report = saver.enforce_thread_retention("a", policy)
+        assert report.deleted
+        assert autocommit is False or not conn.in_transaction
+        other = sqlite3.connect(sqlite_path, timeout=0)
+        other.execute("BEGIN IMMEDIATE")
+        other.rollback()
+        other.close()
+        graph.invoke(turn(9), thread("a"))
+    finally:
+        conn.close()

@@ -372,6 +372,18 @@ def test_is_clone_needs_the_named_parent_in_the_same_namespace() -> None:
     assert not is_clone(node, replace(parent, checkpoint_ns="sub"))
 
 
+def test_is_clone_fails_closed_on_an_unloaded_stored_fact() -> None:
+    """`stored` None means not loaded: it never matches a loaded set, empty or not."""
+    thread = Thread()
+    run = thread.run(None)
+    head = thread.leaf(run[-1])
+    node, parent = thread.node(head), thread.node(run[-1])
+    loaded, unloaded = replace(parent, stored=frozenset()), replace(node, stored=None)
+    assert not is_clone(unloaded, loaded)
+    assert not is_clone(replace(node, stored=frozenset()), replace(parent, stored=None))
+    assert is_clone(replace(node, stored=frozenset()), loaded)
+
+
 def test_duration_leaf_with_writes_is_kept_as_pending_writes() -> None:
     thread = Thread()
     run = thread.run(None)

@@ -1,0 +1,96 @@
+"""How `max_delete_per_run` bounds the history rules' work so that repeated capped passes
+reach the uncapped result. No I/O.
+
+A history unit (a stretch with its graft or root, and the subgraph checkpoints that go
+with it) that does not fit in what is left of the cap is not deferred whole: its newest
+part goes first. The kept checkpoint below the stretch is grafted onto the newest
+checkpoint of the stretch that stays, so every checkpoint still to go keeps its parent
+and loads as before, and the next pass finds a shorter stretch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from retaining_saver._lineage import Deletion, NodeKey
+from retaining_saver._rules._history import _History, _HistoryUnit
+from retaining_saver._rules._leaf import ROOT_NAMESPACE
+from retaining_saver._rules._runs import root_of
+
+
+def capped(history: _History, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
+    """The history units that fit in `room` deletions, and the ones deferred.
+
+    Whole units go first, in order; the first that does not fit gives the
+    newest part of it that does (`newest_part`), and every later unit waits:
+    a subgraph namespace's units follow the root's, and must not go while the
+    root checkpoints they belong to stay.
+    """
+    if room is None:
+        return list(history.units), []
+    taken: list[_HistoryUnit] = []
+    for index, unit in enumerate(history.units):
+        if len(unit.deletions) <= room:
+            taken.append(unit)
+            room -= len(unit.deletions)
+            continue
+        part = newest_part(history, unit, room)
+        done = set() if part is None else {_key(d) for d in part.deletions}
+        rest = _HistoryUnit([d for d in unit.deletions if _key(d) not in done])
+        return [*taken, *([part] if part else [])], [rest, *history.units[index + 1 :]]
+    return taken, []
+
+
+def newest_part(history: _History, unit: _HistoryUnit, room: int) -> _HistoryUnit | None:
+    """The largest prefix of `unit`'s deletions in its lead namespace (the root's, if it
+    has any), with the subgraph checkpoints written under them, that fits in `room` and
+    leaves every checkpoint still to go on its parent; None if none does.
+
+    A unit's deletions run children first, so such a prefix holds the branches of
+    its stretch, then the stretch's newest checkpoints.
+    """
+    keys = [_key(d) for d in unit.deletions]
+    lead = ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
+    order = [k for k in keys if k[0] == lead]
+    for size in range(min(room, len(order)), 0, -1):
+        chosen = set(order[:size])
+        if lead == ROOT_NAMESPACE:
+            roots = {cid for _, cid in chosen}
+            chosen |= {
+                k for k in keys if k[0] != lead and root_of(history.lineage.nodes[k]) in roots
+            }
+        if len(chosen) <= room and _leaves_parents(history, keys, chosen):
+            part = _replanned(history, chosen)
+            if part is not None:
+                return part
+    return None
+
+
+def _leaves_parents(history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey]) -> bool:
+    """Whether every checkpoint of `keys` left for later keeps its parent."""
+    nodes = history.lineage.nodes
+    return all((k[0], nodes[k].parent_id) not in chosen for k in keys if k not in chosen)
+
+
+def _replanned(history: _History, chosen: set[NodeKey]) -> _HistoryUnit | None:
+    """`chosen` as one unit, each namespace's stretches closed by a graft or root; None
+    where a pre-v4 checkpoint grafted would read other pending sends."""
+    merged = _HistoryUnit([])
+    for ns in sorted({k[0] for k in chosen}):
+        line = history.lines[ns]
+        history.on_line = set(line)
+        removed = {k: history.reasons[k] for k in chosen if k[0] == ns}
+        for unit in history._units(line, removed):
+            merged.absorb(unit)
+    nodes = history.lineage.nodes
+    for graft in merged.grafts:
+        child = nodes[(graft.checkpoint_ns, graft.child_id)]
+        parent = nodes[(graft.checkpoint_ns, graft.new_parent_id)]
+        pre_v4 = child.format_version is not None and child.format_version < 4
+        if pre_v4 and parent.write_count:
+            return None
+    return merged
+
+
+def _key(deletion: Deletion) -> NodeKey:
+    return (deletion.checkpoint_ns, deletion.checkpoint_id)
