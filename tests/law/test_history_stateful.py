@@ -1,0 +1,175 @@
+"""The law under the history rules (issue #19): random sequences of turns, `update_state`,
+forks from kept turns, history passes (`history_keep_runs` 0..3, `compact_steps`,
+`keep_latest`, capped passes repeated) and `prune`, on a thread whose graph calls a
+`checkpointer=True` subgraph, beside a twin thread that never had a pass.
+
+After every step: each root checkpoint the thread keeps loads the twin's values and
+`next`, the head goes on alike, and no parent dangles and no write or blob is orphaned.
+Each fork from a kept checkpoint runs on the twin's subgraph memory.
+
+Run longer with, for example::
+
+    RETAINING_SAVER_HISTORY_EXAMPLES=2000 RETAINING_SAVER_HISTORY_STEPS=20 \\
+        .venv/bin/pytest tests/law/test_history_stateful.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from compaction_kit import memory_graph
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from savers import open_sync
+
+from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver.testing.checks import integrity
+from retaining_saver.testing.graphs import thread, turn
+
+_SCALE = int(os.environ.get("RETAINING_SAVER_HISTORY_EXAMPLES", "0") or 0)
+STEPS = int(os.environ.get("RETAINING_SAVER_HISTORY_STEPS", "0") or 0) or 6
+EXAMPLES = _SCALE or 200
+POSTGRES_EXAMPLES = max(20, _SCALE // 10)
+LATER = datetime.now(UTC) + timedelta(days=1)
+_threads = itertools.count()
+
+POLICIES = st.builds(
+    RetentionPolicy,
+    history_keep_runs=st.sampled_from([None, 0, 1, 2, 3]),
+    compact_steps=st.booleans(),
+    history_min_age=st.just(timedelta(hours=1)),
+    max_delete_per_run=st.sampled_from([None, None, 3, 8]),
+).filter(lambda p: p.history_rules)
+
+
+class HistoryMachine(RuleBasedStateMachine):
+    """One kept thread and its twin on one saver; `saver` and `flavor` set per run."""
+
+    saver: Any
+    flavor: str
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph = memory_graph(self.saver, "delta" if self.flavor != "full" else "full")
+        n = next(_threads)
+        self.kept, self.twin = f"kept-{n}", f"twin-{n}"
+        self.to_twin: dict[str, str] = {}
+        self.turns = 0
+        # Three turns to start with: a pass has history to delete from the first step.
+        for i in range(3):
+            self._both(lambda t: self.graph.invoke(turn(i), thread(t)))  # noqa: B023
+
+    # Writing both threads alike
+
+    def _ids(self, thread_id: str) -> list[str]:
+        history = self.graph.get_state_history(thread(thread_id))
+        return sorted(s.config["configurable"]["checkpoint_id"] for s in history)
+
+    def _both(self, write: Any) -> None:
+        for thread_id in (self.kept, self.twin):
+            write(thread_id)
+        mine = [i for i in self._ids(self.kept) if i not in self.to_twin]
+        known = set(self.to_twin.values())
+        theirs = [i for i in self._ids(self.twin) if i not in known]
+        assert len(mine) == len(theirs), "the twins wrote different checkpoints"
+        self.to_twin.update(zip(mine, theirs, strict=True))
+
+    # Operations
+
+    @rule()
+    def user_turn(self) -> None:
+        self.turns += 1
+        self._both(lambda t: self.graph.invoke(turn(self.turns + 3), thread(t)))
+
+    @rule()
+    def update_head(self) -> None:
+        self._both(lambda t: self.graph.update_state(thread(t), {"said": ["edited"]}))
+
+    @rule(pick=st.integers(0, 10_000))
+    def fork_from_a_kept_checkpoint(self, pick: int) -> None:
+        """Regenerate from a kept checkpoint (or branch from a turn's end): both threads
+        run on the same subgraph memory and end alike."""
+        kept = self._ids(self.kept)
+        mine = kept[pick % len(kept)]
+        pins = {self.kept: mine, self.twin: self.to_twin[mine]}
+        given = None if self.graph.get_state(thread(self.kept, mine)).next else turn(77)
+        self._both(lambda t: self.graph.invoke(given, thread(t, pins[t])))
+
+    @rule(policy=POLICIES, repeat=st.integers(1, 3))
+    def history_pass(self, policy: RetentionPolicy, repeat: int) -> None:
+        if self.flavor == "delta-with-graph":
+            policy = dataclasses.replace(policy, delta_graph=self.graph)
+        wrapped = RetainingSaver(self.saver, admission="off")
+        for _ in range(repeat):
+            report = wrapped.enforce_thread_retention(self.kept, policy, now=LATER)
+            cap = policy.max_delete_per_run
+            assert cap is None or len(report.deleted) <= cap
+        self.fork_from_a_kept_checkpoint(0)  # the oldest kept: what the pass cut above
+
+    @rule()
+    def keep_latest(self) -> None:
+        policy = RetentionPolicy(keep_latest=True, history_min_age=timedelta(hours=1))
+        RetainingSaver(self.saver, admission="off").enforce_thread_retention(
+            self.kept, policy, now=LATER
+        )
+
+    @rule()
+    def prune(self) -> None:
+        RetainingSaver(self.saver, admission="off").prune([self.kept])
+
+    # The law
+
+    @invariant()
+    def kept_checkpoints_load_like_the_twin(self) -> None:
+        for mine in self._ids(self.kept):
+            a = self.graph.get_state(thread(self.kept, mine), subgraphs=True)
+            b = self.graph.get_state(thread(self.twin, self.to_twin[mine]), subgraphs=True)
+            assert (a.values, a.next) == (b.values, b.next), mine
+        head, twin_head = (self.graph.get_state(thread(t)) for t in (self.kept, self.twin))
+        assert (head.values, head.next) == (twin_head.values, twin_head.next)
+        assert integrity(self.saver, self.kept).clean
+
+
+FLAVORS = ["full", "delta", "delta-with-graph"]
+
+
+def _check(saver: Any, flavor: str, examples: int) -> None:
+    machine = type("Bound", (HistoryMachine,), {"saver": saver, "flavor": flavor})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        ),
+    )
+
+
+@pytest.fixture
+def sqlite_saver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with open_sync("sqlite", request) as saver:
+        yield saver
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_history_law_memory(flavor: str, request: pytest.FixtureRequest) -> None:
+    with open_sync("memory", request) as saver:
+        _check(saver, flavor, EXAMPLES // len(FLAVORS) + 1)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_history_law_sqlite(flavor: str, sqlite_saver: Any) -> None:
+    _check(sqlite_saver, flavor, EXAMPLES // len(FLAVORS) + 1)
+
+
+def test_history_law_postgres(request: pytest.FixtureRequest) -> None:
+    with open_sync("postgres", request) as saver:
+        _check(saver, "full", POSTGRES_EXAMPLES)
