@@ -47,6 +47,15 @@ def pg_unreachable(server: str) -> str | None:
     return None
 
 
+def required_pg_server() -> str:
+    """The server DSN, or exit naming why it is unreachable (for Postgres-only benchmarks)."""
+    server = pg_server_dsn()
+    reason = pg_unreachable(server)
+    if reason is not None:
+        raise SystemExit(f"PostgreSQL is unreachable: {reason}")
+    return server
+
+
 def create_database(server: str) -> str:
     """Create an empty database on `server`; return its DSN."""
     import psycopg

@@ -239,10 +239,7 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    server = _common.pg_server_dsn()
-    reason = _common.pg_unreachable(server)
-    if reason is not None:
-        raise SystemExit(f"PostgreSQL is unreachable: {reason}")
+    server = _common.required_pg_server()
     await compare(server, args.threads, args.turns, args.rounds)
     await delta_threads(server, max(1, args.threads // 10), args.turns)
 

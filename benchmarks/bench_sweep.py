@@ -278,10 +278,7 @@ def main() -> None:
     parser.add_argument("--latency-turns", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server = _common.pg_server_dsn()
-    reason = _common.pg_unreachable(server)
-    if reason is not None:
-        raise SystemExit(f"PostgreSQL is unreachable: {reason}")
+    server = _common.required_pg_server()
     every = max(1, round(1 / args.idle_share))
     idle = [thread_id(g) for g in range(1, args.threads + 1) if g % every == 0]
     template = _common.create_database(server)

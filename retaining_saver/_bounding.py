@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from retaining_saver import _admission, _rules
+from retaining_saver import _admission
 from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._effects import Flow, Lookup
@@ -153,32 +153,6 @@ class Rooms:
             self._rooms.pop(thread_id)
 
 
-def converging_plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
-    """The rules' plan, or, where the cap would defer it, a wider horizon's plan that fits.
-
-    A capped pass defers the stretch beyond the horizon whole when it is larger
-    than the cap (issue #19), so a legacy thread would never shrink. A wider
-    horizon (`N' > N`) is a policy the rules plan with the same proofs, keeping
-    more: its stretch is the oldest part of the first one, and its successor
-    becomes the new root. When the runs beyond the horizon hold more
-    checkpoints than the cap (by the thread's average run), the widest `N'`
-    whose plan defers nothing is taken, halving the runs it deletes from the
-    cap's estimate down to one; successive admissions narrow the thread to `N`.
-    """
-    horizon, cap = policy.history_keep_runs, policy.max_delete_per_run
-    if horizon is not None and cap is not None:
-        runs = len(head_line_runs(lineage, lineage.heads().get("")))
-        per_run = max(len(lineage.nodes) // max(runs, 1), 1)
-        take = min(max(cap // per_run, 1), runs - horizon)
-        while 1 <= take < runs - horizon:
-            wider = dataclasses.replace(policy, history_keep_runs=runs - take)
-            plan = _rules.plan_retention(lineage, wider, now)
-            if not plan.deferred and plan.deletions:
-                return plan
-            take //= 2
-    return _rules.plan_retention(lineage, policy, now)
-
-
 def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[CheckpointNode]]:
     """The runs of the root namespace's line ending at `head_id`, oldest first."""
     line = []
@@ -202,7 +176,7 @@ def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionP
     gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
     runs = head_line_runs(lineage, plan.heads.get(""))
     kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
-    # More runs than the horizon: a wider one's pass (`converging_plan`), or kept runs.
+    # More runs than the horizon: a capped pass left the rest, or kept runs.
     return horizon - kept if kept <= horizon else UNSETTLED
 
 
@@ -272,7 +246,7 @@ class BoundingMixin:
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
         self.accounts.count("history_passes")
         try:
-            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC), converging_plan)
+            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC))
             lineage, plan, applied = yield from flow
         except Exception as error:
             self.rooms.forget(thread_id)

@@ -11,13 +11,14 @@ without `--apply`. Durations are as everywhere on the command line: `7d`, `12h`,
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 
 from retaining_saver import _cli_options as options
 from retaining_saver import _cli_render as render
 from retaining_saver._cli_output import Doc
+from retaining_saver._cli_progress import Progress
 from retaining_saver._cli_targets import Store
 from retaining_saver._idle_policy import STRATEGIES, IdleThreadPolicy
 from retaining_saver._sweeper import RetentionSweeper, SweepPass
@@ -63,20 +64,28 @@ def run_sweep(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         outcomes=outcomes,
         threads=threads,
     )
-    left = args.limit
     sweeper = RetentionSweeper(
-        store.saver, policy, sweep_limit=min(PASS_LIMIT, left or PASS_LIMIT), dry_run=dry_run
+        store.saver, policy, sweep_limit=min(PASS_LIMIT, args.limit or PASS_LIMIT), dry_run=dry_run
     )
+    progress = Progress(Progress.of(args).shown, label="sweep passes")
+    for done in progress.over(_passes(sweeper, args.limit), total=None):
+        _note(done, outcomes, threads)
+    doc["outcomes"] = dict(outcomes)
+    doc["message"] = DRY_RUN_SWEEP if dry_run else _applied(threads)
+
+
+def _passes(sweeper: RetentionSweeper, limit: int | None) -> Iterator[SweepPass]:
+    """Passes over the store until every thread was seen once, or `limit` idle
+    threads were handled."""
+    left = limit
     while True:
         done = sweeper.run_pass()
-        _note(done, outcomes, threads)
+        yield done
         if left is not None:
             left -= len(done.results)
             sweeper.sweep_limit = max(1, min(PASS_LIMIT, left))
         if done.stopped_after is None or left == 0:
-            break
-    doc["outcomes"] = dict(outcomes)
-    doc["message"] = DRY_RUN_SWEEP if dry_run else _applied(threads)
+            return
 
 
 def _note(done: SweepPass, outcomes: Counter[str], threads: list[Doc]) -> None:
@@ -85,12 +94,6 @@ def _note(done: SweepPass, outcomes: Counter[str], threads: list[Doc]) -> None:
         {"thread_id": r.thread_id, "outcome": str(r.outcome), "checkpoints": r.checkpoints}
         for r in done.results
     ]
-    if sys.stderr.isatty():
-        print(
-            f"\rswept {sum(outcomes.values())} threads, {len(threads)} idle",
-            end="",
-            file=sys.stderr,
-        )
 
 
 def _applied(threads: list[Doc]) -> str:
