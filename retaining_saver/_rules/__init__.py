@@ -1,11 +1,13 @@
 """The retention rules: which checkpoints of a thread may go, and why. No I/O.
 
-Everything that decides a deletion lives in this package, as functions of a
-thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
-leaves, and what a step proved), `_plan` (a thread's plan), `_history`
-(the history rules), `_cap` (how `max_delete_per_run` bounds them), `_reads`
-(what a checkpoint they keep reads from its ancestors), `_runs` (the runs,
-steps, DeltaChannel walks and subgraph namespaces those rules read),
+Everything that decides a deletion lives in this package: the values the rules
+read and produce (`_lineage`: nodes, plans, reasons, protections), what they may
+delete (`_policy`, and `_idle_policy` for whole threads), and the decisions, as
+functions of a thread's lineage: `_leaf` (one checkpoint and its parent:
+markers, clones, leaves, and what a step proved), `_plan` (a thread's plan),
+`_history` (the history rules), `_cap` (how `max_delete_per_run` bounds them),
+`_reads` (what a checkpoint they keep reads from its ancestors), `_runs` (the
+runs, steps, DeltaChannel walks and subgraph namespaces those rules read),
 `_runs_removal` (what `delete_for_runs` removes) and `_idle` (which whole
 threads an `IdleThreadPolicy` expires: idle by their time-ordered ids, not
 waiting on a resume, not vetoed). `_legend` holds one line per reason and
@@ -134,22 +136,6 @@ prove unreachable stays.
 
 from __future__ import annotations
 
-from retaining_saver._lineage import (
-    BlobKey,
-    CheckpointNode,
-    Deletion,
-    Graft,
-    LeafFacts,
-    Lineage,
-    Materialise,
-    NodeKey,
-    Plan,
-    Protection,
-    Reason,
-    Root,
-    Skip,
-)
-from retaining_saver._policy import LeafPredicate, RetentionPolicy
 from retaining_saver._rules._leaf import (
     DELTA_METADATA_KEY,
     DELTA_UNNAMED_KEY,
@@ -173,7 +159,23 @@ from retaining_saver._rules._leaf import (
     untaken_skip,
     values_hold,
 )
+from retaining_saver._rules._lineage import (
+    BlobKey,
+    CheckpointNode,
+    Deletion,
+    Graft,
+    LeafFacts,
+    Lineage,
+    Materialise,
+    NodeKey,
+    Plan,
+    Protection,
+    Reason,
+    Root,
+    Skip,
+)
 from retaining_saver._rules._plan import plan_retention
+from retaining_saver._rules._policy import LeafPredicate, RetentionPolicy
 from retaining_saver._rules._runs import (
     compactable_steps,
     delta_channels,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
@@ -17,7 +17,7 @@ from retaining_saver._lineage import (
     Root,
     Skip,
 )
-from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules._policy import RetentionPolicy
 
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3

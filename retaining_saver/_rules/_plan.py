@@ -6,7 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._cap import capped
+from retaining_saver._rules._history import _History
+from retaining_saver._rules._leaf import (
+    _aware,
+    _graftable_onto,
+    _parse_ts,
+    is_clone,
+    leaf_deletion,
+    leaf_skip,
+)
+from retaining_saver._rules._lineage import (
     BlobKey,
     CheckpointNode,
     Deletion,
@@ -18,17 +28,7 @@ from retaining_saver._lineage import (
     Protection,
     Reason,
 )
-from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules._cap import capped
-from retaining_saver._rules._history import _History
-from retaining_saver._rules._leaf import (
-    _aware,
-    _graftable_onto,
-    _parse_ts,
-    is_clone,
-    leaf_deletion,
-    leaf_skip,
-)
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._reads import moves_fork_memory
 from retaining_saver._rules._runs import parents_named
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from retaining_saver._lineage import CheckpointNode, Lineage, NodeKey
 from retaining_saver._rules._leaf import DELTA_METADATA_KEY, ROOT_NAMESPACE
+from retaining_saver._rules._lineage import CheckpointNode, Lineage, NodeKey
 
 
 def uses_delta_channels(lineage: Lineage) -> bool:

@@ -18,7 +18,6 @@ from typing import Any, ClassVar, TypeVar
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from retaining_saver import _rules
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._reclaimed import RECLAIMED_ID_TTL
 from retaining_saver._rules import (
     BlobKey,
@@ -30,6 +29,7 @@ from retaining_saver._rules import (
     Plan,
     Skip,
 )
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver.backends._apply import (
     Applied,
     ParentChange,

@@ -35,8 +35,8 @@ from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.types.json import Jsonb
 
 from retaining_saver import _rules
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, Skip
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._head_reader import OneRoundBackend, tuple_configs
 from retaining_saver.backends._sql import Row, Statement

@@ -21,8 +21,8 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import BlobKey, CheckpointNode, values_hold
+from retaining_saver._rules._lineage import format_version_of
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement

@@ -18,8 +18,8 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
-from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, values_hold
+from retaining_saver._rules._lineage import format_version_of
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Integrity,

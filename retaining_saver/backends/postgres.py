@@ -45,8 +45,8 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
-from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import CheckpointNode
+from retaining_saver._rules._lineage import format_version_of
 from retaining_saver.backends._base import (
     Op,
     T,

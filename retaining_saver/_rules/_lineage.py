@@ -1,7 +1,7 @@
 """The data the retention rules read and produce: lineage nodes, plans, reasons.
 
-Plain values with no behaviour beyond navigation; the decisions live in
-`retaining_saver._rules`.
+Plain values with no behaviour beyond navigation; the decisions live in the
+rest of this package.
 """
 
 from __future__ import annotations
