@@ -151,7 +151,6 @@ from retaining_saver._rules._checks import (
     untaken_skip,
 )
 from retaining_saver._rules._leaf import (
-    DELTA_METADATA_KEY,
     DELTA_UNNAMED_KEY,
     DURATION_MARKER,
     MAX_STACKED_LEAVES,
@@ -166,9 +165,9 @@ from retaining_saver._rules._leaf import (
     marker_shape,
     may_have_marker,
     root_holds,
-    values_hold,
 )
 from retaining_saver._rules._lineage import (
+    DELTA_METADATA_KEY,
     BlobKey,
     CheckpointNode,
     Deletion,
@@ -244,5 +243,4 @@ __all__ = [
     "split_runs",
     "untaken_skip",
     "uses_delta_channels",
-    "values_hold",
 ]

@@ -20,8 +20,6 @@ from retaining_saver._rules._policy import RetentionPolicy
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
-DELTA_METADATA_KEY = "counters_since_delta_snapshot"
-"""The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
 DELTA_UNNAMED_KEY = "delta_writes_versioned"
 """The metadata key LangGraph.js marks a DeltaChannel graph's threads with, without
 naming its channels: such a thread keeps all its history."""
@@ -159,12 +157,6 @@ def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
 def root_holds(root: Root, now: Mapping[str, CheckpointNode]) -> bool:
     """Whether `root` is still sound: its chain runs through `via` to a root, as planned."""
     return _chain_as_planned(root.checkpoint_id, root.via, None, now)
-
-
-def values_hold(channel_versions: Mapping[str, Any], values: Mapping[str, tuple[str, Any]]) -> bool:
-    """Whether a checkpoint still has each channel of `values` (channel: (version, value))
-    at the version its value was rebuilt for, as read in the transaction storing it."""
-    return all(str(channel_versions.get(c)) == version for c, (version, _) in values.items())
 
 
 def _chain_as_planned(

@@ -46,7 +46,6 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import CheckpointNode
-from retaining_saver._rules._lineage import format_version_of
 from retaining_saver.backends._base import (
     Op,
     T,
@@ -376,7 +375,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             write_count=write_count,
             metadata=row["metadata"] or {},
             ts=row["ts"] or "",
-            format_version=format_version_of(row["format_version"]),
+            format_version=CheckpointNode.format_version_of(row["format_version"]),
         )
 
     def _ids_param(self, ids: Sequence[str]) -> list[str]:
