@@ -14,6 +14,13 @@ waiting on a resume, not vetoed). `_legend` holds one line per reason and
 protection (`explain`), which the command line's legend and `docs/rules.md`
 (anchored by value) use. This page is their table of contents.
 
+What each deletion re-checks in its transaction is one table of named checks,
+`PRECONDITIONS` (`_checks`, which renders it): the verdicts below run its
+predicates, and each guard clause of a statement that deletes names the check
+it enforces (tests/engine/test_preconditions.py holds them to the table).
+`_recheck` judges a plan's steps, and admission's take, on the rows a backend
+reads in the deleting transaction.
+
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
 then `leaf_verdict` about the leaf and parent rows it read by primary key.
