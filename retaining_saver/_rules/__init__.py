@@ -23,13 +23,15 @@ reads in the deleting transaction.
 
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
-then `leaf_verdict` about the leaf and parent rows it read by primary key.
-Nothing else decides. Backends only re-check, inside the deleting
-transaction, the preconditions a `Deletion` names. Postgres also judges a
-trailing leaf inside the statement that reads the head (`ADMIT_AND_READ_SQL`),
-by this module's marker bound as data (`MarkerShape`), and in the one that
-takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking `untaken_skip` why when
-it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verdict`.
+then `leaf_verdict` about the leaf and parent rows it read by primary key
+(through `_recheck.LeafTake`). Nothing else decides: inside the deleting
+transaction, backends read the facts `_recheck` names and carry out what it
+answers, or guard each clause of a statement by a named check. Postgres also
+judges a trailing leaf inside the statement that reads the head
+(`ADMIT_AND_READ_SQL`), by this module's marker bound as data (`MarkerShape`),
+and in the one that takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking
+`LeafTake.untaken` why when it took nothing); tests/admission/test_reclaim_guard.py
+holds both to `leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|

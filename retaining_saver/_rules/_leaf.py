@@ -1,5 +1,6 @@
 """The rules about one checkpoint and its parent: markers, clones, leaves, and what a
-deletion, graft or root proved, re-checked on the rows as they are. No I/O."""
+graft or root proved, re-checked on the rows as they are (a deletion's checks are
+`_checks`'). No I/O."""
 
 from __future__ import annotations
 
