@@ -97,12 +97,23 @@ def test_types_pass_where_verdicts_fail() -> None:
     )
 
 
-def test_no_import_circle_touches_the_rules() -> None:
-    circles = import_cycles(SOURCES)
+def _without_known() -> dict[str, str]:
+    """The sources without the known exception's import (`KNOWN`)."""
+    sources = dict(SOURCES)
+    for importer, (target, _) in KNOWN.items():
+        package, _, name = target.rpartition(".")
+        line = f"from {package} import {name}"
+        assert line in sources[importer], f"{importer} no longer imports {target}: drop KNOWN"
+        sources[importer] = sources[importer].replace(line, f"{name} = None")
+    return sources
+
+
+def test_no_import_circle_at_run_time_touches_the_rules_but_the_known_one() -> None:
+    """At run time, no circle reaches the rules once the known import is left out. (Under
+    `TYPE_CHECKING`, `_plan`, `_history` and `_cap` still name each other: issue #19.)"""
     rules = f"{PACKAGE}._rules"
-    touching = [c for c in circles if any(m == rules or m.startswith(rules + ".") for m in c)]
-    known = {importer for importer in KNOWN}
-    assert [c for c in touching if not known & set(c)] == []
+    circles = import_cycles(_without_known(), type_checking=False)
+    assert [c for c in circles if any(m == rules or m.startswith(rules + ".") for m in c)] == []
 
 
 def test_a_planted_circle_is_found() -> None:
