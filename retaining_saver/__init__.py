@@ -10,7 +10,6 @@ from retaining_saver._errors import (
     RetainingSaverError,
     UnsupportedSaverError,
 )
-from retaining_saver._idle_policy import IdleThreadPolicy, ThreadInfo
 from retaining_saver._rules import (
     CheckpointNode,
     Graft,
@@ -21,6 +20,7 @@ from retaining_saver._rules import (
     Skip,
     is_duration_marker,
 )
+from retaining_saver._rules._idle_policy import IdleThreadPolicy, ThreadInfo
 from retaining_saver._rules._legend import explain
 from retaining_saver._saver import RetainingSaver
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult

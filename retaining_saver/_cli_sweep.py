@@ -20,7 +20,7 @@ from retaining_saver import _cli_render as render
 from retaining_saver._cli_output import Doc
 from retaining_saver._cli_progress import Progress
 from retaining_saver._cli_targets import Store
-from retaining_saver._idle_policy import STRATEGIES, IdleThreadPolicy
+from retaining_saver._rules._idle_policy import STRATEGIES, IdleThreadPolicy
 from retaining_saver._sweeper import RetentionSweeper, SweepPass
 
 SWEEP_SUMMARY = "delete or prune threads idle longer than --idle-for (a dry run without --apply)"

@@ -35,7 +35,7 @@ from typing import Annotated, Any, TextIO, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
-from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._saver import RetainingSaver
 from retaining_saver.testing.leaves import write_duration_leaf
 

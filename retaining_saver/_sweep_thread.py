@@ -18,9 +18,9 @@ from enum import StrEnum
 from retaining_saver import _rules
 from retaining_saver._effects import Flow, Invalidate, Lookup, Mode, Run
 from retaining_saver._engine import _changed_ids, _values
-from retaining_saver._idle_policy import IdleThreadPolicy
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._idle import HeadFacts, IdleVerdict, ThreadHead, thread_verdict
+from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver.backends._apply import Applied, PlanChanged
 from retaining_saver.backends._sweep import Held, SweepStore, ThreadChanged, locked_act
 

@@ -1,26 +1,37 @@
 """The retention rules: which checkpoints of a thread may go, and why. No I/O.
 
-Everything that decides a deletion lives in this package, as functions of a
-thread's lineage: `_leaf` (one checkpoint and its parent: markers, clones,
-leaves, and what a step proved), `_plan` (a thread's plan), `_history`
-(the history rules), `_cap` (how `max_delete_per_run` bounds them), `_reads`
-(what a checkpoint they keep reads from its ancestors), `_runs` (the runs,
-steps, DeltaChannel walks and subgraph namespaces those rules read),
+Everything that decides a deletion lives in this package: the values the rules
+read and produce (`_lineage`: nodes, plans, reasons, protections), what they may
+delete (`_policy`, and `_idle_policy` for whole threads), and the decisions, as
+functions of a thread's lineage: `_leaf` (one checkpoint and its parent:
+markers, clones, leaves, and what a step proved), `_plan` (a thread's plan),
+`_history` (the history rules), `_cap` (how `max_delete_per_run` bounds them),
+`_reads` (what a checkpoint they keep reads from its ancestors), `_runs` (the
+runs, steps, DeltaChannel walks and subgraph namespaces those rules read),
 `_runs_removal` (what `delete_for_runs` removes) and `_idle` (which whole
 threads an `IdleThreadPolicy` expires: idle by their time-ordered ids, not
 waiting on a resume, not vetoed). `_legend` holds one line per reason and
 protection (`explain`), which the command line's legend and `docs/rules.md`
 (anchored by value) use. This page is their table of contents.
 
+What each deletion re-checks in its transaction is one table of named checks,
+`PRECONDITIONS` (`_checks`, which renders it): the verdicts below run its
+predicates, and each guard clause of a statement that deletes names the check
+it enforces (tests/engine/test_preconditions.py holds them to the table).
+`_recheck` judges a plan's steps, and admission's take, on the rows a backend
+reads in the deleting transaction.
+
 Backends load a `Lineage` and carry out the `Plan` made from it;
 `RetainingSaver`'s admission cleanup asks `leaf_skip` about the head it read,
-then `leaf_verdict` about the leaf and parent rows it read by primary key.
-Nothing else decides. Backends only re-check, inside the deleting
-transaction, the preconditions a `Deletion` names. Postgres also judges a
-trailing leaf inside the statement that reads the head (`ADMIT_AND_READ_SQL`),
-by this module's marker bound as data (`MarkerShape`), and in the one that
-takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking `untaken_skip` why when
-it took nothing); tests/admission/test_reclaim_guard.py holds both to `leaf_verdict`.
+then `leaf_verdict` about the leaf and parent rows it read by primary key
+(through `_recheck.LeafTake`). Nothing else decides: inside the deleting
+transaction, backends read the facts `_recheck` names and carry out what it
+answers, or guard each clause of a statement by a named check. Postgres also
+judges a trailing leaf inside the statement that reads the head
+(`ADMIT_AND_READ_SQL`), by this module's marker bound as data (`MarkerShape`),
+and in the one that takes a leaf judged here (`RECLAIM_LEAF_SQL`, asking
+`LeafTake.untaken` why when it took nothing); tests/admission/test_reclaim_guard.py
+holds both to `leaf_verdict`.
 
 | Shape                        | Default   | Deleted when                                  |
 |------------------------------|-----------|-----------------------------------------------|
@@ -134,7 +145,38 @@ prove unreachable stays.
 
 from __future__ import annotations
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._checks import (
+    PRECONDITIONS,
+    Check,
+    DeletionFacts,
+    DeletionKind,
+    check_deletion,
+    deletion_holds,
+    kind_of,
+    leaf_skip,
+    leaf_verdict,
+    parent_skip,
+    preconditions_table,
+    untaken_skip,
+)
+from retaining_saver._rules._leaf import (
+    DELTA_UNNAMED_KEY,
+    DURATION_MARKER,
+    MAX_STACKED_LEAVES,
+    RUN_HISTORY_KEYS,
+    MarkerShape,
+    graft_holds,
+    has_marker,
+    is_clone,
+    is_duration_marker,
+    is_duration_metadata,
+    leaf_deletion,
+    marker_shape,
+    may_have_marker,
+    root_holds,
+)
+from retaining_saver._rules._lineage import (
+    DELTA_METADATA_KEY,
     BlobKey,
     CheckpointNode,
     Deletion,
@@ -149,31 +191,8 @@ from retaining_saver._lineage import (
     Root,
     Skip,
 )
-from retaining_saver._policy import LeafPredicate, RetentionPolicy
-from retaining_saver._rules._leaf import (
-    DELTA_METADATA_KEY,
-    DELTA_UNNAMED_KEY,
-    DURATION_MARKER,
-    MAX_STACKED_LEAVES,
-    RUN_HISTORY_KEYS,
-    MarkerShape,
-    deletion_holds,
-    graft_holds,
-    has_marker,
-    is_clone,
-    is_duration_marker,
-    is_duration_metadata,
-    leaf_deletion,
-    leaf_skip,
-    leaf_verdict,
-    marker_shape,
-    may_have_marker,
-    parent_skip,
-    root_holds,
-    untaken_skip,
-    values_hold,
-)
 from retaining_saver._rules._plan import plan_retention
+from retaining_saver._rules._policy import LeafPredicate, RetentionPolicy
 from retaining_saver._rules._runs import (
     compactable_steps,
     delta_channels,
@@ -187,11 +206,15 @@ __all__ = [
     "DELTA_UNNAMED_KEY",
     "DURATION_MARKER",
     "MAX_STACKED_LEAVES",
+    "PRECONDITIONS",
     "RUN_HISTORY_KEYS",
     "RUN_ID_KEY",
     "BlobKey",
+    "Check",
     "CheckpointNode",
     "Deletion",
+    "DeletionFacts",
+    "DeletionKind",
     "Graft",
     "LeafFacts",
     "LeafPredicate",
@@ -205,6 +228,7 @@ __all__ = [
     "RetentionPolicy",
     "Root",
     "Skip",
+    "check_deletion",
     "compactable_steps",
     "deletion_holds",
     "delta_channels",
@@ -213,6 +237,7 @@ __all__ = [
     "is_clone",
     "is_duration_marker",
     "is_duration_metadata",
+    "kind_of",
     "leaf_deletion",
     "leaf_skip",
     "leaf_verdict",
@@ -221,10 +246,10 @@ __all__ = [
     "parent_skip",
     "plan_retention",
     "plan_run_removal",
+    "preconditions_table",
     "root_holds",
     "run_of",
     "split_runs",
     "untaken_skip",
     "uses_delta_channels",
-    "values_hold",
 ]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retaining_saver._lineage import Deletion, NodeKey
 from retaining_saver._rules._history import _History, _HistoryUnit
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
+from retaining_saver._rules._lineage import Deletion, NodeKey
 from retaining_saver._rules._runs import root_of
 
 

@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._leaf import (
+    DELTA_UNNAMED_KEY,
+    ROOT_NAMESPACE,
+    _parse_ts,
+)
+from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
@@ -16,11 +21,6 @@ from retaining_saver._lineage import (
     Protection,
     Reason,
     Root,
-)
-from retaining_saver._rules._leaf import (
-    DELTA_UNNAMED_KEY,
-    ROOT_NAMESPACE,
-    _parse_ts,
 )
 from retaining_saver._rules._reads import _AncestorReads
 from retaining_saver._rules._runs import (

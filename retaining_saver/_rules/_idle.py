@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from retaining_saver._idle_policy import IdleThreadPolicy, ThreadInfo
+from retaining_saver._rules._idle_policy import IdleThreadPolicy, ThreadInfo
 
 # 100-ns ticks between the Gregorian epoch of uuid times (1582-10-15) and 1970-01-01.
 _GREGORIAN_TO_UNIX_TICKS = 0x01B21DD213814000

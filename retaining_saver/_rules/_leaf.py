@@ -1,5 +1,6 @@
 """The rules about one checkpoint and its parent: markers, clones, leaves, and what a
-deletion, graft or root proved, re-checked on the rows as they are. No I/O."""
+graft or root proved, re-checked on the rows as they are (a deletion's checks are
+`_checks`'). No I/O."""
 
 from __future__ import annotations
 
@@ -8,22 +9,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
-    LeafFacts,
     Reason,
     Root,
-    Skip,
 )
-from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules._policy import RetentionPolicy
 
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
-DELTA_METADATA_KEY = "counters_since_delta_snapshot"
-"""The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
 DELTA_UNNAMED_KEY = "delta_writes_versioned"
 """The metadata key LangGraph.js marks a DeltaChannel graph's threads with, without
 naming its channels: such a thread keeps all its history."""
@@ -101,19 +98,6 @@ def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
     )
 
 
-def leaf_skip(
-    node: CheckpointNode, policy: RetentionPolicy, protected: frozenset[str]
-) -> Skip | None:
-    """Why `node` cannot be a reclaimable leaf before its parent is known, else None."""
-    if not has_marker(node, policy):
-        return Skip.NOT_A_DURATION_LEAF
-    if node.checkpoint_id in protected or node.checkpoint_id in policy.protect_checkpoint_ids:
-        return Skip.PROTECTED_ID
-    if node.write_count:
-        return Skip.OWNS_WRITES
-    return None
-
-
 def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deletion:
     """The guarded deletion of a duration-only checkpoint that clones its parent."""
     return Deletion(
@@ -126,65 +110,6 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
     )
 
 
-def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | None:
-    """Why `leaf` cannot go given its `parent` row (None if missing), else None."""
-    if leaf.parent_id is None or parent is None:
-        return Skip.MISSING_PARENT
-    if not is_clone(leaf, parent):
-        return Skip.PARENT_STATE_DIFFERS
-    return None
-
-
-def untaken_skip(
-    judged: CheckpointNode, parent: CheckpointNode | None, *, leaf_as_judged: bool
-) -> Skip:
-    """Why a guarded take of `judged` took nothing, told from the rows it read.
-
-    The take re-checked every precondition of the `Deletion` in one statement
-    and read, in the same snapshot, the `parent` row and whether the leaf's
-    row was still `judged` (`leaf_as_judged`). Judged reclaimable before it
-    (`leaf_skip`), a leaf still as judged was not taken because of its
-    parent, or because something else changed meanwhile (a write, a child, a
-    newer checkpoint). A leaf gone or rewritten says nothing about its parent:
-    the thread changed under the admission, which reads its head again. A
-    leaf judged without a parent never had one to clone.
-    """
-    if judged.parent_id is None:
-        return Skip.MISSING_PARENT
-    if not leaf_as_judged:
-        return Skip.PRECONDITION_CHANGED
-    return parent_skip(judged, parent) or Skip.PRECONDITION_CHANGED
-
-
-def leaf_verdict(
-    facts: LeafFacts, policy: RetentionPolicy, protected: frozenset[str]
-) -> Deletion | Skip:
-    """The deletion of the trailing leaf `facts` describes, or why there is none.
-
-    A leaf goes when it is still a reclaimable leaf (`leaf_skip`), its parent
-    exists and it clones it, and `deletion_holds`: it is the newest checkpoint
-    of its namespace, its parent is the next newest, and nothing names it as
-    parent.
-    """
-    leaf, parent = facts.leaf, facts.parent
-    if leaf is None:
-        return Skip.PRECONDITION_CHANGED
-    if (skip := leaf_skip(leaf, policy, protected)) is not None:
-        return skip
-    skip = parent_skip(leaf, parent)
-    if skip is not None or parent is None:  # parent_skip says MISSING_PARENT for None
-        return skip or Skip.MISSING_PARENT
-    deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
-    holds = deletion_holds(
-        deletion,
-        {leaf.checkpoint_id: leaf, parent.checkpoint_id: parent},
-        has_children=facts.has_children,
-        newest_id=facts.newest_id,
-        runner_up_id=facts.runner_up_id,
-    )
-    return deletion if holds else Skip.PRECONDITION_CHANGED
-
-
 def _parse_ts(ts: str) -> datetime | None:
     try:
         return _aware(datetime.fromisoformat(ts))
@@ -195,39 +120,6 @@ def _parse_ts(ts: str) -> datetime | None:
 def _aware(moment: datetime) -> datetime:
     """Naive times are taken as UTC, which is what LangGraph writes."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def deletion_holds(
-    deletion: Deletion,
-    now: Mapping[str, CheckpointNode],
-    *,
-    has_children: bool,
-    newest_id: str | None,
-    runner_up_id: str | None = None,
-) -> bool:
-    """Whether what `deletion` was proven against still holds, as read in its transaction.
-
-    Args:
-        deletion: The planned deletion.
-        now: The rows of the checkpoint and of `clone_of`, by id, as they are now.
-        has_children: Whether any checkpoint still names it as parent.
-        newest_id: The newest id in its namespace, read when `must_be_head`.
-        runner_up_id: The newest id below it, read when `must_be_head`: it must
-            be `clone_of`, so that removing the head makes its parent the latest.
-    """
-    node = now.get(deletion.checkpoint_id)
-    if node is None or node.parent_id != deletion.parent_id or has_children:
-        return False
-    if node.write_count and not deletion.writes_consumed:
-        return False
-    if deletion.must_be_head and (
-        newest_id != deletion.checkpoint_id or runner_up_id != deletion.clone_of
-    ):
-        return False
-    if deletion.clone_of is not None:
-        parent = now.get(deletion.clone_of)
-        return parent is not None and is_clone(node, parent)
-    return True
 
 
 def _graftable_onto(parent: CheckpointNode | None) -> bool:
@@ -266,12 +158,6 @@ def graft_holds(graft: Graft, now: Mapping[str, CheckpointNode]) -> bool:
 def root_holds(root: Root, now: Mapping[str, CheckpointNode]) -> bool:
     """Whether `root` is still sound: its chain runs through `via` to a root, as planned."""
     return _chain_as_planned(root.checkpoint_id, root.via, None, now)
-
-
-def values_hold(channel_versions: Mapping[str, Any], values: Mapping[str, tuple[str, Any]]) -> bool:
-    """Whether a checkpoint still has each channel of `values` (channel: (version, value))
-    at the version its value was rebuilt for, as read in the transaction storing it."""
-    return all(str(channel_versions.get(c)) == version for c, (version, _) in values.items())
 
 
 def _chain_as_planned(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from retaining_saver._lineage import Protection, Reason
+from retaining_saver._rules._lineage import Protection, Reason
 
 RULES_DOC = "docs/rules.md"
 

@@ -6,20 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from retaining_saver._lineage import (
-    BlobKey,
-    CheckpointNode,
-    Deletion,
-    Graft,
-    Lineage,
-    Materialise,
-    NodeKey,
-    Plan,
-    Protection,
-    Reason,
-)
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules._cap import capped
+from retaining_saver._rules._checks import leaf_skip, leaf_verdict
 from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import (
     _aware,
@@ -27,8 +15,21 @@ from retaining_saver._rules._leaf import (
     _parse_ts,
     is_clone,
     leaf_deletion,
-    leaf_skip,
 )
+from retaining_saver._rules._lineage import (
+    BlobKey,
+    CheckpointNode,
+    Deletion,
+    Graft,
+    LeafFacts,
+    Lineage,
+    Materialise,
+    NodeKey,
+    Plan,
+    Protection,
+    Reason,
+)
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._reads import moves_fork_memory
 from retaining_saver._rules._runs import parents_named
 
@@ -111,26 +112,43 @@ class _Planner:
     def _trailing_stacks(self) -> list[list[Deletion]]:
         """Each namespace's run of newest checkpoints, each the clone child of the next.
 
-        The parent must be the next newest, so that "latest" lands on it: a
-        newer checkpoint on another branch would otherwise become the head.
+        Each goes as admission's take would (`leaf_verdict`, the take's checks),
+        judged as if the ones stacked above it were gone already: its one child
+        is the leaf above it, and the newest id is its own. The parent must be
+        the next newest, so that "latest" lands on it: a newer checkpoint on
+        another branch would otherwise become the head.
         """
         units: list[list[Deletion]] = []
         for ns, newest_first in self._ids_newest_first().items():
             stack: list[Deletion] = []
             node = self.lineage.nodes[(ns, newest_first[0])]
-            while (
-                self.policy.trailing_duration_leaves
-                and len(newest_first) > len(stack) + 1
-                and node.parent_id == newest_first[len(stack) + 1]
-                and self._reclaimable(node)
-                and len(self._kids(node)) == (1 if stack else 0)
-            ):
-                stack.append(leaf_deletion(node, Reason.TRAILING_DURATION_LEAF, head=True))
+            while self.policy.trailing_duration_leaves:
+                taken = self._take(node, newest_first[len(stack) :], stacked=bool(stack))
+                if taken is None:
+                    break
+                stack.append(taken)
                 node = self.lineage.nodes[(ns, str(node.parent_id))]
             self.kept[(ns, node.checkpoint_id)] = Protection.HEAD
             if stack:
                 units.append(stack)
         return units
+
+    def _take(
+        self, node: CheckpointNode, newest_first: list[str], *, stacked: bool
+    ) -> Deletion | None:
+        """The deletion of `node`, the newest of `newest_first`, if the take's checks pass on
+        the lineage (`stacked`: its one child is a leaf taken above it); None if not."""
+        if (node.checkpoint_ns, node.checkpoint_id) in self.referenced:
+            return None
+        facts = LeafFacts(
+            leaf=node,
+            parent=self.lineage.parent(node),
+            has_children=len(self._kids(node)) > (1 if stacked else 0),
+            newest_id=node.checkpoint_id,
+            runner_up_id=newest_first[1] if len(newest_first) > 1 else None,
+        )
+        verdict = leaf_verdict(facts, self.policy, frozenset())
+        return verdict if isinstance(verdict, Deletion) else None
 
     def _ids_newest_first(self) -> dict[str, list[str]]:
         by_ns: dict[str, list[str]] = {}

@@ -9,9 +9,9 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from retaining_saver._lineage import CheckpointNode, Lineage, NodeKey, Protection, Reason
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
+from retaining_saver._rules._lineage import CheckpointNode, Lineage, NodeKey, Protection, Reason
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._runs import is_persistent, walk
 
 FORK_SOURCES = ("update", "fork")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from retaining_saver._lineage import CheckpointNode, Lineage, NodeKey
-from retaining_saver._rules._leaf import DELTA_METADATA_KEY, ROOT_NAMESPACE
+from retaining_saver._rules._leaf import ROOT_NAMESPACE
+from retaining_saver._rules._lineage import CheckpointNode, Lineage, NodeKey
 
 
 def uses_delta_channels(lineage: Lineage) -> bool:
@@ -15,19 +15,8 @@ def uses_delta_channels(lineage: Lineage) -> bool:
 
 
 def delta_channels(lineage: Lineage) -> frozenset[str]:
-    """The thread's DeltaChannels, told from checkpoint metadata.
-
-    LangGraph writes `counters_since_delta_snapshot` (by channel) on the
-    checkpoints of such a graph; not on every one (a snapshot resets it), so
-    any one of them tells. A channel stored at every step is never named, and
-    needs no walk.
-    """
-    found: set[str] = set()
-    for node in lineage.nodes.values():
-        counters = node.metadata.get(DELTA_METADATA_KEY)
-        if isinstance(counters, Mapping):
-            found.update(str(channel) for channel in counters)
-    return frozenset(found)
+    """The thread's DeltaChannels, told from checkpoint metadata (`Lineage.delta_channels`)."""
+    return lineage.delta_channels()
 
 
 def walk(

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from retaining_saver._lineage import (
+from retaining_saver._rules._leaf import ROOT_NAMESPACE, has_marker, is_clone
+from retaining_saver._rules._lineage import (
     BlobKey,
     CheckpointNode,
     Deletion,
@@ -37,8 +38,7 @@ from retaining_saver._lineage import (
     Reason,
     Root,
 )
-from retaining_saver._policy import RetentionPolicy
-from retaining_saver._rules._leaf import ROOT_NAMESPACE, has_marker, is_clone
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._runs import delta_channels, is_persistent, root_of, walk
 
 RUN_ID_KEY = "run_id"

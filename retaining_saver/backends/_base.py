@@ -17,19 +17,20 @@ from typing import Any, ClassVar, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from retaining_saver import _rules
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._reclaimed import RECLAIMED_ID_TTL
 from retaining_saver._rules import (
     BlobKey,
     CheckpointNode,
     Deletion,
+    DeletionFacts,
     LeafFacts,
     Lineage,
     NodeKey,
     Plan,
     Skip,
 )
+from retaining_saver._rules._policy import RetentionPolicy
+from retaining_saver._rules._recheck import LeafTake, PlanRecheck
 from retaining_saver.backends._apply import (
     Applied,
     ParentChange,
@@ -360,7 +361,7 @@ class Backend(ABC):
         *,
         with_parent_row: bool = True,
     ) -> Op[LeafFacts | Skip]:
-        """Delete `leaf` if `leaf_verdict` allows it on the rows as they are now.
+        """Delete `leaf` if the rules' take allows it on the rows as they are now.
 
         Answers the facts of the leaf taken, or the reason nothing was deleted.
         `with_parent_row`: the facts carry what `parent_tuple` needs to build the
@@ -369,25 +370,24 @@ class Backend(ABC):
         facts = yield from self.leaf_facts(
             thread_id, leaf.checkpoint_ns, leaf.checkpoint_id, leaf.parent_id
         )
-        verdict = _rules.leaf_verdict(facts, policy, protected)
+        verdict = LeafTake(policy, protected).verdict(facts)
         if isinstance(verdict, Skip):
             return verdict
         taken = yield from self.take_leaf(thread_id, verdict)
         return facts if taken else Skip.PRECONDITION_CHANGED
 
-    def deletion_holds_now(self, thread_id: str, deletion: Deletion) -> Op[bool]:
-        """Whether `deletion` holds on the rows as they are now, each read for it."""
-        ns = deletion.checkpoint_ns
-        ids = [deletion.checkpoint_id] + ([deletion.clone_of] if deletion.clone_of else [])
-        now = yield from self.load_nodes(thread_id, ns, ids)
+    def deletion_facts(self, thread_id: str, deletion: Deletion) -> Op[DeletionFacts]:
+        """What the rules re-check `deletion` on (`FactsToRead`), each read for it now."""
+        ns, wanted = deletion.checkpoint_ns, PlanRecheck.facts_to_read(deletion)
+        now = yield from self.load_nodes(thread_id, ns, wanted.ids)
         has_children = yield from self.has_children(thread_id, ns, deletion.checkpoint_id)
         newest = runner_up = None
-        if deletion.must_be_head:
+        if wanted.head:
             newest = yield from self.newest_id(thread_id, ns)
             runner_up = yield from self.newest_id(thread_id, ns, below=deletion.checkpoint_id)
-        return _rules.deletion_holds(
-            deletion, now, has_children=has_children, newest_id=newest, runner_up_id=runner_up
-        )
+        parent = now.get(deletion.clone_of) if deletion.clone_of is not None else None
+        node = now.get(deletion.checkpoint_id)
+        return DeletionFacts(node, parent, has_children, newest, runner_up)
 
 
 def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:

@@ -34,9 +34,9 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from psycopg.types.json import Jsonb
 
-from retaining_saver import _rules
-from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, Skip
+from retaining_saver._rules._policy import RetentionPolicy
+from retaining_saver._rules._recheck import LeafTake
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._head_reader import OneRoundBackend, tuple_configs
 from retaining_saver.backends._sql import Row, Statement
@@ -45,12 +45,12 @@ from retaining_saver.backends._sql import Row, Statement
 # and metadata, so its marker too.
 _LEAF_AS_JUDGED = """
         c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id = %(leaf_id)s
+        AND c.checkpoint_id = %(leaf_id)s -- check: not-protected (the id judged)
         AND c.parent_checkpoint_id = %(parent_id)s
         AND c.checkpoint ->> 'ts' = %(ts)s
         AND c.checkpoint -> 'channel_versions' = %(channel_versions)s
         AND c.checkpoint -> 'versions_seen' = %(versions_seen)s
-        AND c.metadata = %(metadata)s"""
+        AND c.metadata = %(metadata)s -- check: marked (the metadata judged)"""
 
 # What every take does with the leaf it deleted, in its own statement: record
 # that its id now names its parent (the clone), with the admission that took
@@ -106,23 +106,23 @@ WITH parent AS (
         AND p.checkpoint_id = %(parent_id)s
 ), taken AS (
     DELETE FROM checkpoints AS c
-    USING parent AS p
+    USING parent AS p -- check: parent-present
     WHERE"""
     + _LEAF_AS_JUDGED
     + """
-        AND p.checkpoint -> 'channel_versions' = %(channel_versions)s
+        AND p.checkpoint -> 'channel_versions' = %(channel_versions)s -- check: still-a-clone
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
-        AND NOT EXISTS (
+        AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
                 AND w.checkpoint_id = %(leaf_id)s
         )
-        AND NOT EXISTS (
+        AND NOT EXISTS ( -- check: childless
             SELECT 1 FROM checkpoints AS k
             WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
                 AND k.parent_checkpoint_id = %(leaf_id)s
         )
-        AND ARRAY(
+        AND ARRAY( -- check: newest-parent-next
             SELECT n.checkpoint_id FROM checkpoints AS n
             WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
             ORDER BY n.checkpoint_id DESC LIMIT 2
@@ -194,31 +194,32 @@ WITH leaf AS (
         WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
         ORDER BY checkpoint_id DESC LIMIT 1
     ) AS h
-    WHERE h.metadata ->> 'source' = %(marker_source)s
+    WHERE h.metadata ->> 'source' = %(marker_source)s -- check: marked
         AND h.metadata ?| %(marker_keys)s::text[]
-        AND h.checkpoint_id <> ALL(%(protected)s::text[])
+        AND h.checkpoint_id <> ALL(%(protected)s::text[]) -- check: not-protected
 ), taken AS (
     DELETE FROM checkpoints AS c
     USING checkpoints AS p
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-        AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf)
+        AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf) -- check: newest-parent-next
         AND p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
-        AND p.checkpoint_id = c.parent_checkpoint_id
-        AND c.metadata ->> 'source' = %(marker_source)s
+        AND p.checkpoint_id = c.parent_checkpoint_id -- check: parent-present
+        AND c.metadata ->> 'source' = %(marker_source)s -- check: marked
         AND c.metadata ?| %(marker_keys)s::text[]
+        -- check: still-a-clone
         AND c.checkpoint -> 'channel_versions' = p.checkpoint -> 'channel_versions'
         AND c.checkpoint -> 'versions_seen' = p.checkpoint -> 'versions_seen'
-        AND NOT EXISTS (
+        AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
                 AND w.checkpoint_id = c.checkpoint_id
         )
-        AND NOT EXISTS (
+        AND NOT EXISTS ( -- check: childless
             SELECT 1 FROM checkpoints AS k
             WHERE k.thread_id = %(thread_id)s AND k.checkpoint_ns = %(checkpoint_ns)s
                 AND k.parent_checkpoint_id = c.checkpoint_id
         )
-        AND NOT EXISTS (
+        AND NOT EXISTS ( -- check: newest-parent-next
             SELECT 1 FROM checkpoints AS n
             WHERE n.thread_id = %(thread_id)s AND n.checkpoint_ns = %(checkpoint_ns)s
                 AND n.checkpoint_id > p.checkpoint_id AND n.checkpoint_id <> c.checkpoint_id
@@ -353,7 +354,7 @@ class PostgresAdmission(OneRoundBackend):
         """Carry out the rules' deletion of `leaf` in one guarded statement.
 
         The statement re-checks every precondition of the `Deletion`; when it
-        took nothing, `untaken_skip` names the reason from what it read: the
+        took nothing, the rules' `LeafTake.untaken` names the reason from what it read: the
         parent's row, and whether the leaf's was still as judged. With
         `with_parent_row` it reads the parent's row as the saver's own read does.
         """
@@ -364,7 +365,8 @@ class PostgresAdmission(OneRoundBackend):
         if rows[0]["taken"]:
             return _taken_facts(rows[0], params, leaf, with_parent_row=with_parent_row)
         parent = _parent_of(rows[0], params)
-        return _rules.untaken_skip(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
+        take = LeafTake(policy, protected)
+        return take.untaken(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
     @property
     def reads_head_itself(self) -> bool:

@@ -21,7 +21,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from retaining_saver import _rules
 from retaining_saver._rules import BlobKey, Lineage
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
@@ -75,8 +74,8 @@ WITH doomed AS (
     DELETE FROM checkpoints AS c
     USING doomed AS k
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-        AND c.parent_checkpoint_id IS NOT DISTINCT FROM k.parent
-        AND NOT EXISTS (
+        AND c.parent_checkpoint_id IS NOT DISTINCT FROM k.parent -- check: parent-as-proven
+        AND NOT EXISTS ( -- check: childless (but those deleted with it)
             SELECT 1 FROM checkpoints AS x
             WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = k.ns
                 AND x.parent_checkpoint_id = k.id
@@ -84,7 +83,7 @@ WITH doomed AS (
                     SELECT 1 FROM doomed AS d WHERE d.ns = k.ns AND d.id = x.checkpoint_id
                 )
         )
-        AND (k.consumed OR NOT EXISTS (
+        AND (k.consumed OR NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns
                 AND w.checkpoint_id = k.id
@@ -105,7 +104,7 @@ MARK_STORED_SQL = """
 UPDATE checkpoints
 SET checkpoint = jsonb_set(checkpoint, ARRAY['channel_values', %s], 'true'::jsonb, true)
 WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-    AND checkpoint -> 'channel_versions' ->> %s = %s
+    AND checkpoint -> 'channel_versions' ->> %s = %s -- check: versions-as-planned
 RETURNING checkpoint_id
 """
 
@@ -159,7 +158,7 @@ class PostgresPlans(SqlBackend):
 
     def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
         """For a thread with DeltaChannels, which of them each checkpoint stores."""
-        channels = sorted(_rules.delta_channels(lineage))
+        channels = sorted(lineage.delta_channels())
         if not channels:
             return lineage
         rows = yield Statement(SELECT_STORED_SQL, (channels, lineage.thread_id), True)

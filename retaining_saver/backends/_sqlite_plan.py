@@ -21,8 +21,7 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from retaining_saver._lineage import format_version_of
-from retaining_saver._rules import BlobKey, CheckpointNode, values_hold
+from retaining_saver._rules import BlobKey, CheckpointNode
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
@@ -42,12 +41,13 @@ RETURNING checkpoint_id
 
 DELETE_CHECKPOINT_GUARDED_SQL = """
 DELETE FROM checkpoints
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND parent_checkpoint_id IS ?4
-    AND NOT EXISTS (
+WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
+    AND parent_checkpoint_id IS ?4 -- check: parent-as-proven
+    AND NOT EXISTS ( -- check: childless
         SELECT 1 FROM checkpoints AS k
         WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
     )
-    AND (?5 OR NOT EXISTS (
+    AND (?5 OR NOT EXISTS ( -- check: no-pending-writes
         SELECT 1 FROM writes AS w
         WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
     ))
@@ -84,7 +84,7 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
         ts=checkpoint.get("ts", ""),
         # The values inside the payload are the ones stored; the others are rebuilt.
         stored=frozenset(checkpoint.get("channel_values", {})),
-        format_version=format_version_of(checkpoint.get("v")),
+        format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
     )
 
 
@@ -133,7 +133,9 @@ class SqlitePlans(SqlBackend):
         if not rows:
             return False
         checkpoint = self._checkpoint(rows[0])
-        if not values_hold(checkpoint.get("channel_versions", {}), values):
+        versions = checkpoint.get("channel_versions", {})
+        # check: versions-as-planned
+        if any(str(versions.get(c)) != version for c, (version, _) in values.items()):
             return False
         stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
         checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}

@@ -18,8 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
-from retaining_saver._lineage import format_version_of
-from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, values_hold
+from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Integrity,
@@ -94,7 +93,7 @@ class MemoryBackend(MemoryThreads, MemoryStats):
             metadata=metadata,
             ts=checkpoint.get("ts", ""),
             stored=self._stored(thread_id, ns, versions),
-            format_version=format_version_of(checkpoint.get("v")),
+            format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
         )
 
     def _stored(self, thread_id: str, ns: str, versions: Mapping[str, Any]) -> frozenset[str]:
@@ -137,27 +136,6 @@ class MemoryBackend(MemoryThreads, MemoryStats):
         found: CheckpointNode | None = yield statement
         return found
 
-    def leaf_facts(
-        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
-    ) -> Op[LeafFacts]:
-        """`Backend.leaf_facts` with each guard one pass in C over the namespace."""
-
-        def statement() -> LeafFacts:
-            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
-            newest = max(rows, default=None)
-            runner_up = max(filter(leaf_id.__gt__, rows), default=None)
-
-            def node(checkpoint_id: str | None) -> CheckpointNode | None:
-                if checkpoint_id is None or checkpoint_id not in rows:
-                    return None
-                return self._node(thread_id, checkpoint_ns, checkpoint_id, rows[checkpoint_id])
-
-            has_children = _names_as_parent(rows, leaf_id)
-            return LeafFacts(node(leaf_id), node(parent_id), has_children, newest, runner_up)
-
-        facts: LeafFacts = yield statement
-        return facts
-
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
         None on drift, so that the saver reads it."""
@@ -192,8 +170,9 @@ class MemoryBackend(MemoryThreads, MemoryStats):
         self, thread_id: str, checkpoint_ns: str, below: str | None = None
     ) -> Op[str | None]:
         rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+        # One pass in C over the namespace: admission's take reads both newest ids.
         newest: str | None = yield lambda: max(
-            (i for i in rows if below is None or i < below), default=None
+            rows if below is None else filter(below.__gt__, rows), default=None
         )
         return newest
 
@@ -243,8 +222,11 @@ class MemoryBackend(MemoryThreads, MemoryStats):
             for ns, checkpoint_id, parent, consumed in rows:
                 stored = self._namespaces(thread_id).get(ns, {})
                 owns = bool(self.saver.writes.get((thread_id, ns, checkpoint_id)))
-                if _names_as_parent(stored, checkpoint_id) or (owns and not consumed):
+                if _names_as_parent(stored, checkpoint_id):  # check: childless
                     continue
+                if owns and not consumed:  # check: no-pending-writes
+                    continue
+                # check: parent-as-proven
                 deleted += self._drop_row(thread_id, ns, checkpoint_id, parent=parent)
             return deleted
 
@@ -265,7 +247,8 @@ class MemoryBackend(MemoryThreads, MemoryStats):
             if row is None:
                 return False
             versions = self.saver.serde.loads_typed(row[0]).get("channel_versions", {})
-            if not values_hold(versions, values):
+            # check: versions-as-planned
+            if any(str(versions.get(c)) != version for c, (version, _) in values.items()):
                 return False
             for channel, (_, value) in values.items():
                 key = (thread_id, checkpoint_ns, channel, versions[channel])

@@ -45,7 +45,6 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
-from retaining_saver._lineage import format_version_of
 from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import (
     Op,
@@ -376,7 +375,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             write_count=write_count,
             metadata=row["metadata"] or {},
             ts=row["ts"] or "",
-            format_version=format_version_of(row["format_version"]),
+            format_version=CheckpointNode.format_version_of(row["format_version"]),
         )
 
     def _ids_param(self, ids: Sequence[str]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import retaining_saver._rules as rules
-from retaining_saver._lineage import Protection, Reason
+from retaining_saver._rules._lineage import Protection, Reason
 
 
 def _first_cells(heading: str) -> set[str]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
-from retaining_saver._lineage import CheckpointNode
+from retaining_saver._rules._lineage import CheckpointNode
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel

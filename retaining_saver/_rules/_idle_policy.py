@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from retaining_saver import _validate as validate
-from retaining_saver._policy import RetentionPolicy
+from retaining_saver._rules._policy import RetentionPolicy
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel

@@ -1,7 +1,7 @@
 """The data the retention rules read and produce: lineage nodes, plans, reasons.
 
-Plain values with no behaviour beyond navigation; the decisions live in
-`retaining_saver._rules`.
+Plain values with no behaviour beyond navigation; the decisions live in the
+rest of this package.
 """
 
 from __future__ import annotations
@@ -77,14 +77,17 @@ class CheckpointNode:
     stored: frozenset[str] | None = None
     format_version: int | None = None
 
+    @staticmethod
+    def format_version_of(value: Any) -> int | None:
+        """A stored checkpoint's `v` (an int, or its decimal text) as `format_version`; None
+        for anything else."""
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-def format_version_of(value: Any) -> int | None:
-    """A stored checkpoint's `v` (an int, or its decimal text) as
-    `CheckpointNode.format_version`; None for anything else."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+DELTA_METADATA_KEY = "counters_since_delta_snapshot"
+"""The metadata key LangGraph writes on checkpoints of a graph with a DeltaChannel."""
 
 NodeKey = tuple[str, str]
 BlobKey = tuple[str, str, str]
@@ -229,6 +232,21 @@ class Lineage:
         if node.parent_id is None:
             return None
         return self.nodes.get((node.checkpoint_ns, node.parent_id))
+
+    def delta_channels(self) -> frozenset[str]:
+        """The thread's DeltaChannels, told from checkpoint metadata.
+
+        LangGraph writes `counters_since_delta_snapshot` (by channel) on the
+        checkpoints of such a graph; not on every one (a snapshot resets it), so
+        any one of them tells. A channel stored at every step is never named, and
+        needs no walk.
+        """
+        found: set[str] = set()
+        for node in self.nodes.values():
+            counters = node.metadata.get(DELTA_METADATA_KEY)
+            if isinstance(counters, Mapping):
+                found.update(str(channel) for channel in counters)
+        return frozenset(found)
 
     def heads(self) -> dict[str, str]:
         latest: dict[str, str] = {}

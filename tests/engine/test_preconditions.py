@@ -1,0 +1,114 @@
+"""Each deletion's preconditions are stated once, as data (`_rules._checks.PRECONDITIONS`):
+the docstrings render that table, and every statement that guards a deletion names, in a
+`check:` comment on each guard clause, exactly the checks of its kind."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+
+import pytest
+
+import retaining_saver._rules as rules
+from retaining_saver._rules import PRECONDITIONS, DeletionKind
+from retaining_saver._rules import _checks as checks
+from retaining_saver.backends import _sqlite_plan, memory
+
+try:  # the Postgres statements need psycopg, an extra
+    from retaining_saver.backends import _postgres_admission, _postgres_plan
+except ImportError:  # pragma: no cover
+    _postgres_admission = _postgres_plan = None  # type: ignore[assignment]
+
+MARKER = re.compile(r"(?:--|#)\s*check:\s*([a-z-]+)")
+"""A guard clause's comment naming the check it enforces (`-- check:` in SQL, `#` in Python)."""
+
+
+def named_checks(text: str) -> set[str]:
+    """The checks the guard comments in `text` name."""
+    return set(MARKER.findall(text))
+
+
+def _text(module: object, name: str) -> Callable[[], str]:
+    return lambda: str(getattr(module, name))
+
+
+def _source(function: object) -> Callable[[], str]:
+    return lambda: inspect.getsource(function)  # type: ignore[arg-type]
+
+
+GUARDS: dict[str, tuple[DeletionKind, Callable[[], str]]] = {
+    "sqlite DELETE_CHECKPOINT_GUARDED_SQL": (
+        DeletionKind.ROW,
+        _text(_sqlite_plan, "DELETE_CHECKPOINT_GUARDED_SQL"),
+    ),
+    "memory delete_rows": (DeletionKind.ROW, _source(memory.MemoryBackend.delete_rows)),
+}
+"""Each statement that guards a deletion itself, and the kind whose checks it enforces. The
+other kinds are judged by the rules on rows read in the transaction (`_recheck`)."""
+if _postgres_admission is not None:
+    GUARDS |= {
+        "postgres RECLAIM_LEAF_SQL": (
+            DeletionKind.TAKE,
+            _text(_postgres_admission, "RECLAIM_LEAF_SQL"),
+        ),
+        "postgres ADMIT_AND_READ_SQL": (
+            DeletionKind.TAKE,
+            _text(_postgres_admission, "ADMIT_AND_READ_SQL"),
+        ),
+        "postgres ADMIT_EXPIRE_AND_READ_SQL": (
+            DeletionKind.TAKE,
+            _text(_postgres_admission, "ADMIT_EXPIRE_AND_READ_SQL"),
+        ),
+        "postgres DELETE_ROWS_SQL": (DeletionKind.ROW, _text(_postgres_plan, "DELETE_ROWS_SQL")),
+    }
+
+
+def disagreement(kind: DeletionKind, text: str) -> tuple[set[str], set[str]]:
+    """The checks of `kind` no guard in `text` names, and the names no check of `kind` has."""
+    wanted = {check.name for check in PRECONDITIONS[kind]}
+    named = named_checks(text)
+    return wanted - named, named - wanted
+
+
+@pytest.mark.parametrize("statement", sorted(GUARDS))
+def test_each_guarded_statement_names_exactly_its_kinds_checks(statement: str) -> None:
+    kind, text = GUARDS[statement]
+    assert disagreement(kind, text()) == (set(), set())
+
+
+def test_a_statement_missing_a_marker_disagrees() -> None:
+    kind, text = GUARDS["sqlite DELETE_CHECKPOINT_GUARDED_SQL"]
+    cut = text().replace("-- check: childless", "", 1)
+    assert disagreement(kind, cut) == ({"childless"}, set())
+
+
+def test_a_marker_naming_no_check_of_its_kind_disagrees() -> None:
+    kind, text = GUARDS["memory delete_rows"]
+    assert disagreement(kind, text() + "\n# check: newest-parent-next") == (
+        set(),
+        {"newest-parent-next"},
+    )
+
+
+@pytest.mark.skipif(_postgres_admission is None, reason="psycopg is not installed")
+def test_the_takes_two_newest_guards_are_one_named_check() -> None:
+    """The take's "newest, its parent next" is one check, which both of Postgres's
+    statements name (as `ARRAY(... LIMIT 2)` in one, `NOT EXISTS` in the other)."""
+    for name in ("RECLAIM_LEAF_SQL", "ADMIT_AND_READ_SQL"):
+        sql = getattr(_postgres_admission, name)
+        assert "newest-parent-next" in named_checks(sql), name
+    assert [c.name for c in PRECONDITIONS[DeletionKind.TAKE]].count("newest-parent-next") == 1
+
+
+def test_every_kind_has_checks_and_each_name_one_meaning() -> None:
+    assert set(PRECONDITIONS) == set(DeletionKind)
+    meaning: dict[str, object] = {}
+    for kind_checks in PRECONDITIONS.values():
+        for check in kind_checks:
+            assert meaning.setdefault(check.name, check.predicate) is check.predicate, check.name
+
+
+def test_the_docstring_renders_the_table() -> None:
+    assert checks.preconditions_table() in (checks.__doc__ or "")
+    assert "PRECONDITIONS" in (rules.__doc__ or "")
