@@ -3,8 +3,11 @@
 Admission cleanup and the retention engine yield small effect values
 (`Lookup`, `Invalidate`, `Run`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
-the logic has one copy whichever way the caller came in. An effect that fails
-is thrown back into the generator at the point where it was yielded.
+the logic has one copy whichever way the caller came in. Each effect knows
+both ways to carry itself out (`perform`, `aperform`); a `Run` goes straight
+to the backend, whose `run`/`arun` feed its statements to the store. An
+effect that fails is thrown back into the generator at the point where it was
+yielded.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -20,6 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._history_cache import HistoryCache
 from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` names
 
 T = TypeVar("T")
 
@@ -30,6 +33,12 @@ class Lookup:
 
     config: RunnableConfig
 
+    def perform(self, performer: Performer) -> Any:
+        return performer.inner.get_tuple(self.config)
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await performer.inner.aget_tuple(self.config)
+
 
 @dataclass(frozen=True, slots=True)
 class Invalidate:
@@ -39,26 +48,31 @@ class Invalidate:
     checkpoint_ns: str
     checkpoint_ids: Sequence[str] | None
 
+    def perform(self, performer: Performer) -> None:
+        for cache in performer.caches:
+            self._forget(cache, cache.purge, cache.invalidate)
 
-class Mode(StrEnum):
-    """How a backend runs an operation.
+    async def aperform(self, performer: Performer) -> None:
+        for cache in performer.caches:
+            await self._forget(cache, cache.apurge, cache.ainvalidate)
 
-    READ: it only reads; it runs as the saver runs its own reads, never in a
-    transaction that takes a write lock (SQLite's `BEGIN IMMEDIATE`).
-    WRITE: it runs in one transaction.
-    GUARDED: it writes, and every statement re-checks what it proved, so it
-    needs no enclosing transaction (Postgres then runs each statement on its
-    own; the other backends still run it in one transaction).
-    """
-
-    READ = "read"
-    WRITE = "write"
-    GUARDED = "guarded"
+    def _forget(
+        self, cache: HistoryCache, purge: Callable[..., T], invalidate: Callable[..., T]
+    ) -> T:
+        """The purge or the invalidation this effect asks of `cache`, as `purge` or
+        `invalidate` (its sync or async method) answers it."""
+        if self.checkpoint_ids is None:
+            return purge(self.thread_id)
+        return invalidate(str(self.thread_id), self.checkpoint_ns, self.checkpoint_ids)
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Carry out a backend operation in `mode`; answers its result."""
+    """Carry out a backend operation in `mode`; answers its result.
+
+    The drivers hand it straight to the backend's `run`/`arun`, which feed its
+    statements to the store's cursor: nothing stands between.
+    """
 
     op: Op[Any]
     mode: Mode
@@ -71,6 +85,14 @@ class History:
     config: RunnableConfig
     channels: Sequence[str]
 
+    def perform(self, performer: Performer) -> Any:
+        inner = performer.inner
+        return inner.get_delta_channel_history(config=self.config, channels=self.channels)
+
+    async def aperform(self, performer: Performer) -> Any:
+        inner = performer.inner
+        return await inner.aget_delta_channel_history(config=self.config, channels=self.channels)
+
 
 @dataclass(frozen=True, slots=True)
 class Offload:
@@ -78,6 +100,12 @@ class Offload:
     driver runs it in a worker thread, as the async savers do."""
 
     call: Callable[[], Any]
+
+    def perform(self, performer: Performer) -> Any:
+        return self.call()
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await asyncio.to_thread(self.call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +115,12 @@ class FellBack:
 
     what: str
     error: Exception
+
+    def perform(self, performer: Performer) -> None:
+        performer.fell_back(self.what, self.error)
+
+    async def aperform(self, performer: Performer) -> None:
+        performer.fell_back(self.what, self.error)
 
 
 Effect = Lookup | Invalidate | Run | History | Offload | FellBack
@@ -103,69 +137,11 @@ class Performer:
     caches: Sequence[HistoryCache]
     fell_back: Callable[[str, Exception], None] = lambda what, error: None
 
-    def _backend(self) -> Backend:
+    def storage(self) -> Backend:
+        """The backend a `Run` goes to."""
         if self.backend is None:
             raise RuntimeError("no storage backend: this saver's cleanup is disabled")
         return self.backend
-
-    def perform(self, effect: Effect) -> Any:
-        if isinstance(effect, Lookup):
-            return self.inner.get_tuple(effect.config)
-        if isinstance(effect, History):
-            return self.inner.get_delta_channel_history(
-                config=effect.config, channels=effect.channels
-            )
-        if isinstance(effect, Offload):
-            return effect.call()
-        if isinstance(effect, FellBack):
-            return self.fell_back(effect.what, effect.error)
-        if isinstance(effect, Invalidate):
-            for cache in self.caches:
-                if effect.checkpoint_ids is None:
-                    cache.purge(effect.thread_id)
-                else:
-                    cache.invalidate(
-                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
-                    )
-            return None
-        backend = self._backend()
-        if effect.mode is Mode.READ:
-            return backend.read(effect.op)
-        if effect.mode is Mode.GUARDED:
-            return backend.run_each(effect.op)
-        return backend.run(effect.op)
-
-    async def aperform(self, effect: Effect) -> Any:
-        if type(effect) is Run:  # the common effect first: every admission read runs one
-            return await self._arun(effect)
-        if isinstance(effect, Lookup):
-            return await self.inner.aget_tuple(effect.config)
-        if isinstance(effect, History):
-            return await self.inner.aget_delta_channel_history(
-                config=effect.config, channels=effect.channels
-            )
-        if isinstance(effect, Offload):
-            return await asyncio.to_thread(effect.call)
-        if isinstance(effect, FellBack):
-            return self.fell_back(effect.what, effect.error)
-        if isinstance(effect, Invalidate):
-            for cache in self.caches:
-                if effect.checkpoint_ids is None:
-                    await cache.apurge(effect.thread_id)
-                else:
-                    await cache.ainvalidate(
-                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
-                    )
-            return None
-        return await self._arun(effect)
-
-    async def _arun(self, effect: Run) -> Any:
-        backend = self._backend()
-        if effect.mode is Mode.READ:
-            return await backend.aread(effect.op)
-        if effect.mode is Mode.GUARDED:
-            return await backend.arun_each(effect.op)
-        return await backend.arun(effect.op)
 
 
 def drive(flow: Flow[T], performer: Performer) -> T:
@@ -174,7 +150,10 @@ def drive(flow: Flow[T], performer: Performer) -> T:
         effect = next(flow)
         while True:
             try:
-                answer = performer.perform(effect)
+                if isinstance(effect, Run):
+                    answer = performer.storage().run(effect.op, effect.mode)
+                else:
+                    answer = effect.perform(performer)
             except Exception as error:
                 effect = flow.throw(error)
             else:
@@ -190,7 +169,10 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
         effect = next(flow)
         while True:
             try:
-                answer = await performer.aperform(effect)
+                if isinstance(effect, Run):
+                    answer = await performer.storage().arun(effect.op, effect.mode)
+                else:
+                    answer = await effect.aperform(performer)
             except Exception as error:
                 effect = flow.throw(error)
             else:

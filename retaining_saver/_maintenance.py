@@ -23,7 +23,7 @@ from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._storage import StorageMixin
 from retaining_saver.backends._apply import Applied
-from retaining_saver.backends._base import Backend
+from retaining_saver.backends._base import Backend, Mode
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel
@@ -185,7 +185,7 @@ class MaintenanceMixin(StorageMixin):
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         backend, after = self._require_backend(), None
-        while page := backend.read(backend.thread_ids(after, page_size)):
+        while page := backend.run(backend.thread_ids(after, page_size), Mode.READ):
             yield from page
             after = page[-1]
 
@@ -214,7 +214,7 @@ class MaintenanceMixin(StorageMixin):
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             return
         backend, after = self._require_backend(), None
-        while page := await backend.aread(backend.thread_ids(after, page_size)):
+        while page := await backend.arun(backend.thread_ids(after, page_size), Mode.READ):
             for thread_id in page:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             after = page[-1]

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Performer
 from retaining_saver._errors import UnsupportedSaverError
-from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Backend, Mode, Op
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import StorageStats
 
@@ -49,14 +49,14 @@ class StorageMixin:
             ValueError: If `top_threads` is negative, or given with a `thread_id`.
         """
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return backend.read(full_stats(backend, thread_id, channels, top_threads))
+        return backend.run(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     async def astorage_stats(
         self, thread_id: str | None = None, *, channels: bool = False, top_threads: int = 0
     ) -> StorageStats:
         """Async `storage_stats`."""
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return await backend.aread(full_stats(backend, thread_id, channels, top_threads))
+        return await backend.arun(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     def _stats_backend(self, thread_id: str | None, channels: bool, top_threads: int) -> Backend:
         validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())

@@ -25,6 +25,7 @@ from retaining_saver._idle_policy import IdleThreadPolicy
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._idle import IdleVerdict, ThreadHead, age_verdict
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_thread
+from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sweep import SweepStore, store_for
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ class RetentionSweeper:
         run = self._begin()
         try:
             while self._wants_more(run):
-                page = backend.read(self.store.scan(run.after, self.page_size))
+                page = backend.run(self.store.scan(run.after, self.page_size), Mode.READ)
                 for head in self._idle_heads(run, page):
                     with self.saver.locks.try_hold(head.thread_id) as free:
                         run.note(self._handle(head, run.started_at) if free else _busy(head))
@@ -233,7 +234,7 @@ class RetentionSweeper:
         run = self._begin()
         try:
             while self._wants_more(run):
-                page = await backend.aread(self.store.scan(run.after, self.page_size))
+                page = await backend.arun(self.store.scan(run.after, self.page_size), Mode.READ)
                 for head in self._idle_heads(run, page):
                     # Between threads, the app's tasks run (and a cancel lands) even on a
                     # store whose calls never suspend (memory).

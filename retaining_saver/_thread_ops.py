@@ -68,7 +68,7 @@ class ThreadOpsMixin(MaintenanceMixin):
             return self._inner_delete_for_runs(run_ids)  # type: ignore[no-any-return]
         runs = _run_ids(run_ids)
         backend = self.backend
-        for thread_id in backend.read(backend.run_threads(sorted(runs))) if runs else []:
+        for thread_id in backend.run(backend.run_threads(sorted(runs)), Mode.READ) if runs else []:
             with self.locks.hold(thread_id), self._permission_named():
                 flow = _removal(thread_id, backend, runs, self.policy)
                 applied = drive(flow, self.performer)
@@ -81,7 +81,7 @@ class ThreadOpsMixin(MaintenanceMixin):
             return await self._inner_adelete_for_runs(run_ids)  # type: ignore[no-any-return]
         runs = _run_ids(run_ids)
         backend = self.backend
-        threads = await backend.aread(backend.run_threads(sorted(runs))) if runs else []
+        threads = await backend.arun(backend.run_threads(sorted(runs)), Mode.READ) if runs else []
         for thread_id in threads:
             flow = _removal(thread_id, backend, runs, self.policy)
             async with self.locks.ahold(thread_id):

@@ -13,6 +13,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -47,6 +48,23 @@ from retaining_saver.backends._stats import (
 T = TypeVar("T")
 Op = Generator[Any, Any, T]
 """An operation: yields statements, receives their results, returns a T."""
+
+
+class Mode(StrEnum):
+    """The transaction a backend runs an operation in.
+
+    READ: it only reads; it runs as the saver runs its own reads, never in a
+    transaction that takes a write lock (SQLite's `BEGIN IMMEDIATE`), and
+    creates nothing.
+    WRITE: it runs in one transaction.
+    GUARDED: it writes, and every statement re-checks what it proved, so it
+    needs no enclosing transaction (Postgres then runs each statement on its
+    own; the other backends still run it in one transaction).
+    """
+
+    READ = "read"
+    WRITE = "write"
+    GUARDED = "guarded"
 
 
 @dataclass(frozen=True)
@@ -101,39 +119,12 @@ class Backend(ABC):
     # Drivers
 
     @abstractmethod
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op` in one transaction, synchronously."""
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` synchronously, in the transaction `mode` calls for."""
 
     @abstractmethod
-    async def arun(self, op: Op[T]) -> T:
-        """Carry out `op` in one transaction, asynchronously."""
-
-    def run_each(self, op: Op[T]) -> T:
-        """Carry out `op`, each of whose statements is right as a transaction of its own.
-
-        A read, or a write that re-checks what it proved, needs no enclosing
-        transaction. A backend whose round trips cost more than its
-        transactions (Postgres) runs each statement on its own; the others run
-        `op` in one transaction.
-        """
-        return self.run(op)
-
-    async def arun_each(self, op: Op[T]) -> T:
-        """Async `run_each`."""
-        return await self.arun(op)
-
-    def read(self, op: Op[T]) -> T:
-        """Carry out `op`, which only reads, the way the saver runs its own reads.
-
-        By default as `run_each`; a backend whose transactions take locks the
-        saver's reads do not (SQLite's `BEGIN IMMEDIATE`) runs its statements
-        without one.
-        """
-        return self.run_each(op)
-
-    async def aread(self, op: Op[T]) -> T:
-        """Async `read`."""
-        return await self.arun_each(op)
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` asynchronously, in the transaction `mode` calls for."""
 
     # Primitives
 

@@ -23,6 +23,7 @@ from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage, 
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Integrity,
+    Mode,
     Op,
     T,
     drive_statements,
@@ -64,15 +65,15 @@ class MemoryBackend(MemoryThreads, MemoryStats):
     stores_blobs = True
     saver: InMemorySaver
 
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op`; if a statement raises, undo what the earlier ones changed, so
-        that the operation is one transaction here too."""
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op`, in any mode; if a statement raises, undo what the earlier ones
+        changed, so that the operation is one transaction here too."""
         result: T = journalled(lambda: drive_statements(op, lambda statement: statement()))
         return result
 
-    async def arun(self, op: Op[T]) -> T:
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
-        return self.run(op)
+        return self.run(op, mode)
 
     def _namespaces(self, thread_id: str) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = self.saver.storage.get(thread_id, {})
