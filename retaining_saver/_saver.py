@@ -57,7 +57,7 @@ from retaining_saver._stamps import OwnStamps
 from retaining_saver._thread_ops import ThreadOpsMixin
 from retaining_saver._writes import WritesMixin, pinned_to, well_formed
 from retaining_saver.backends import backend_for, backend_name, store_overrides, supported_base
-from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
+from retaining_saver.backends._head_reader import HeadReader
 
 logger = logging.getLogger("retaining_saver")
 
@@ -236,13 +236,16 @@ class RetainingSaver(
     def _one_round_marker(self) -> MarkerShape | None:
         """The marker an admission read binds to take a leaf as it reads, where it may.
 
-        Only a `OneRoundBackend` whose internals match the audit can, under the
+        Only a backend that takes as it reads (`Capabilities.takes_as_it_reads`)
+        and whose internals match the audit can, under the
         default marker (an app's own predicate is Python the store cannot run),
         and with no history cache: a cache forgets a leaf before it goes, and
         the leaf is known only once read.
         """
         backend = self.backend
-        if not isinstance(backend, OneRoundBackend) or not backend.fast:
+        if backend is None or not backend.capabilities.takes_as_it_reads:
+            return None
+        if not backend.matches_audit:
             return None
         if self.admission != "auto" or self.history_caches:
             return None
@@ -325,9 +328,9 @@ class RetainingSaver(
 
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
         backend = self.backend
-        if isinstance(backend, HeadReader) and backend.reads_head_itself:
+        if backend is not None and backend.capabilities.reads_head and backend.matches_audit:
             try:
-                flow = _admission.read_head(thread_id, config, backend)
+                flow = _admission.read_head(thread_id, config, cast(HeadReader, backend))
                 return await adrive(flow, self.performer)
             except Exception as error:
                 # The fast path runs on upstream internals; the saver's own read is the truth

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Performer
@@ -79,15 +79,11 @@ class StorageMixin:
         `from_conn_string` gives). SQLite gets the same index on first use;
         memory needs none.
         """
-        create = getattr(self._require_backend(), "create_indexes", None)
-        if create is not None:
-            create()
+        self._require_backend().create_indexes()
 
     async def acreate_retention_indexes(self) -> None:
         """Async `create_retention_indexes`."""
-        create = getattr(self._require_backend(), "acreate_indexes", None)
-        if create is not None:
-            await create()
+        await self._require_backend().acreate_indexes()
 
     def compact_storage(self, min_free_ratio: float = 0.25) -> Compaction:
         """SQLite only: give the file's free pages back once `min_free_ratio` of it is free.
@@ -116,7 +112,6 @@ def full_stats(
     return dataclasses.replace(tables, channels=found, top_threads=tuple(top), space=space)
 
 
-@runtime_checkable
 class _Compactor(Protocol):
     """A backend that compacts its store (SQLite's)."""
 
@@ -126,6 +121,6 @@ class _Compactor(Protocol):
 
 
 def _compactor(backend: Backend) -> _Compactor:
-    if not isinstance(backend, _Compactor):
+    if not backend.capabilities.compacts:
         raise TypeError(f"compaction is for SQLite savers; this one stores in {backend.kind}")
-    return backend
+    return cast(_Compactor, backend)

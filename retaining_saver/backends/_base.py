@@ -86,6 +86,25 @@ class Integrity:
         return not (self.dangling_parents or self.orphan_writes or self.orphan_blobs)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the primitives every backend implements: declared by
+    it when it is made (`Backend.declare`), and read by the saver instead of probing its
+    class.
+
+    Attributes:
+        reads_head: It answers the async admission read itself (`HeadReader`), as its
+            saver would, for less: its saver's async read costs more than its statements.
+        takes_as_it_reads: Its admission read takes the trailing leaf in the statement
+            that reads the head (`OneRoundBackend.admit_and_read`).
+        compacts: It gives free pages back to the filesystem (`compact`, `acompact`).
+    """
+
+    reads_head: bool = False
+    takes_as_it_reads: bool = False
+    compacts: bool = False
+
+
 class Backend(ABC):
     """Loads lineage and carries out plans for one saver.
 
@@ -104,12 +123,26 @@ class Backend(ABC):
         self.reclaimed_ttl = RECLAIMED_ID_TTL
         # What of the saver's internals no longer matches the audit (`_upstream`).
         self.drift: list[str] = []
+        self.capabilities = self.declare(saver)
+
+    def declare(self, saver: BaseCheckpointSaver[Any]) -> Capabilities:
+        """What this backend can do over `saver`; by default nothing beyond the primitives."""
+        return Capabilities()
 
     @property
-    def fast(self) -> bool:
-        """Whether the fast paths built on the saver's internals may run: the internals
-        match what `_upstream` audited. Else every read goes through the saver."""
+    def matches_audit(self) -> bool:
+        """Whether the saver's internals match what `_upstream` audited, so the fast paths
+        built on them may run. Else every read goes through the saver."""
         return not self.drift
+
+    def create_indexes(self) -> None:
+        """Create what keeps this backend's statements flat on a large store; by default
+        nothing (a backend that needs an index creates it on first use)."""
+        return None
+
+    async def acreate_indexes(self) -> None:
+        """Async `create_indexes`."""
+        return None
 
     def permission_problem(self, error: BaseException) -> str | None:
         """What `error` says is not permitted, if it is the store refusing a privilege

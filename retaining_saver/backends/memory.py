@@ -162,7 +162,7 @@ class MemoryBackend(MemoryThreads, MemoryStats):
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
         None on drift, so that the saver reads it."""
-        if facts.parent is None or not self.fast:
+        if facts.parent is None or not self.matches_audit:
             return None
         configurable = leaf.config["configurable"]
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
