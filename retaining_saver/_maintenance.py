@@ -91,7 +91,7 @@ class MaintenanceMixin(StorageMixin):
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         flow = self._retention_pass(thread_id, policy, dry_run, now)
         with self.locks.hold(thread_id), self._permission_named():
-            return self._noted_clones(drive(flow, self.performer))
+            return self._remember_clones(drive(flow, self.performer))
 
     async def aenforce_thread_retention(
         self,
@@ -106,7 +106,7 @@ class MaintenanceMixin(StorageMixin):
         flow = self._retention_pass(thread_id, policy, dry_run, now)
         async with self.locks.ahold(thread_id):
             with self._permission_named():
-                return self._noted_clones(await adrive(flow, self.performer))
+                return self._remember_clones(await adrive(flow, self.performer))
 
     @contextmanager
     def _permission_named(self) -> Iterator[None]:
@@ -119,11 +119,11 @@ class MaintenanceMixin(StorageMixin):
                 raise
             raise CleanupPermissionError(problem) from error
 
-    def _noted_clones(self, report: RetentionReport) -> RetentionReport:
+    def _remember_clones(self, report: RetentionReport) -> RetentionReport:
         """Under the thread's lock, remember what each deleted clone resolves to."""
         if not report.dry_run:
             for (ns, checkpoint_id), clone_id in report.clones.items():
-                self.reclaimed.note((report.thread_id, ns, checkpoint_id), clone_id)
+                self.reclaimed.remember((report.thread_id, ns, checkpoint_id), clone_id)
         return report
 
     def enforce_retention(

@@ -278,8 +278,8 @@ class RetainingSaver(
             # A pinned run: clean up as an explicit admission would, then read its target.
             flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             with self.locks.hold(thread_id):
-                admitted = self._noted(config, drive(flow, self.performer))
-            self._record(config, admitted)
+                admitted = self._remember_reclaimed(config, drive(flow, self.performer))
+            self._account(config, admitted)
             return self._pinned_result(config, drive(self._read(config), self.performer))
         # The admission read: unless it takes a leaf as it reads, only a head shaped like
         # one takes the lock.
@@ -292,11 +292,11 @@ class RetainingSaver(
                 with self.locks.hold(thread_id):
                     flow = self._history_read(config, self._unreclaimed(thread_id, head))
                     admitted = drive(flow, self.performer)
-                return self._recorded_history(admitted)
+                return self._account_history(admitted)
         with self.locks.hold(thread_id):
             flow = self._admission_read(thread_id, config, head)
-            admitted = self._noted(config, drive(flow, self.performer))
-        return self._record(config, admitted)[1]
+            admitted = self._remember_reclaimed(config, drive(flow, self.performer))
+        return self._account(config, admitted)[1]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if not well_formed(config):
@@ -307,8 +307,8 @@ class RetainingSaver(
         if _admission.is_pinned(config):
             flow = self._explicit(thread_id, config, _admission.map_selectors(config))
             async with self.locks.ahold(thread_id):
-                admitted = self._noted(config, await adrive(flow, self.performer))
-            self._record(config, admitted)
+                admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
+            self._account(config, admitted)
             found = await adrive(self._read(config), self.performer)
             return self._pinned_result(config, found)
         head = None
@@ -320,11 +320,11 @@ class RetainingSaver(
                 async with self.locks.ahold(thread_id):
                     flow = self._history_read(config, self._unreclaimed(thread_id, head))
                     admitted = await adrive(flow, self.performer)
-                return self._recorded_history(admitted)
+                return self._account_history(admitted)
         async with self.locks.ahold(thread_id):
             flow = self._admission_read(thread_id, config, head)
-            admitted = self._noted(config, await adrive(flow, self.performer))
-        return self._record(config, admitted)[1]
+            admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
+        return self._account(config, admitted)[1]
 
     async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
         backend = self.backend
@@ -357,16 +357,16 @@ class RetainingSaver(
         config = self._thread_config(thread_id, checkpoint_ns)
         flow = self._explicit(thread_id, config)
         with self.locks.hold(thread_id):
-            admitted = self._noted(config, drive(flow, self.performer))
-        return self._record(config, admitted)[0]
+            admitted = self._remember_reclaimed(config, drive(flow, self.performer))
+        return self._account(config, admitted)[0]
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
         config = self._thread_config(thread_id, checkpoint_ns)
         flow = self._explicit(thread_id, config)
         async with self.locks.ahold(thread_id):
-            admitted = self._noted(config, await adrive(flow, self.performer))
-        return self._record(config, admitted)[0]
+            admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
+        return self._account(config, admitted)[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
@@ -503,12 +503,12 @@ class RetainingSaver(
         head_id = node.checkpoint_id if node is not None else None
         return AdmissionResult(thread_id, (), skip, head_id), None
 
-    def _record(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
+    def _account(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Account for an admission, outside the thread's lock."""
         self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
         return admitted
 
-    def _noted(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
+    def _remember_reclaimed(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Remember, still under the thread's lock, that each reclaimed id now names the head:
         a write this process puts on one of them lands on its clone instead."""
         result = admitted[0]
@@ -517,7 +517,7 @@ class RetainingSaver(
             if self.stamps is not None:
                 self.stamps.forget(result.thread_id, checkpoint_id)
             if result.head_id is not None:
-                self.reclaimed.note((result.thread_id, ns, checkpoint_id), result.head_id)
+                self.reclaimed.remember((result.thread_id, ns, checkpoint_id), result.head_id)
         return admitted
 
     def get_delta_channel_history(

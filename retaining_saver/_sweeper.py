@@ -276,7 +276,7 @@ class RetentionSweeper:
             self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
         )
         try:
-            return self._noted(drive(flow, self.saver.performer))
+            return self._remember_clones(drive(flow, self.saver.performer))
         except Exception:
             logger.exception("sweeping thread %r failed; the pass goes on", head.thread_id)
             return ThreadResult(head.thread_id, SweepOutcome.FAILED)
@@ -286,15 +286,15 @@ class RetentionSweeper:
             self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
         )
         try:
-            return self._noted(await adrive(flow, self.saver.performer))
+            return self._remember_clones(await adrive(flow, self.saver.performer))
         except Exception:
             logger.exception("sweeping thread %r failed; the pass goes on", head.thread_id)
             return ThreadResult(head.thread_id, SweepOutcome.FAILED)
 
-    def _noted(self, result: ThreadResult) -> ThreadResult:
+    def _remember_clones(self, result: ThreadResult) -> ThreadResult:
         """Remember what each reclaimed duplicate's id resolves to, as the engine does."""
         for (ns, checkpoint_id), clone_id in (result.clones or {}).items():
-            self.saver.reclaimed.note((result.thread_id, ns, checkpoint_id), clone_id)
+            self.saver.reclaimed.remember((result.thread_id, ns, checkpoint_id), clone_id)
         return result
 
     def _finish(self, run: _Pass, *, cancelled: bool) -> SweepPass:

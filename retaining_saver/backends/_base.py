@@ -2,16 +2,17 @@
 
 A backend speaks in operations: generators that yield its own statements (SQL
 with bound parameters, or a callable for the in-memory saver) and receive
-their rows. `run` drives an operation synchronously in one transaction and
-`arun` asynchronously, so each operation is written once for both. Backends
-that also answer the admission read themselves extend `_head_reader`'s classes.
+their rows. `run` drives an operation synchronously and `arun` asynchronously,
+each in the transaction its `Mode` calls for, so each operation is written once
+for both. What a backend can do beyond the primitives it declares as
+`Capabilities` (the classes of `_head_reader` name what those add).
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
@@ -420,19 +421,6 @@ def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:
         statement = next(op)
         while True:
             statement = op.send(execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
-async def adrive_statements(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
-    """`drive_statements`, awaiting each statement."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(await execute(statement))
     except StopIteration as done:
         result: T = done.value
         return result
