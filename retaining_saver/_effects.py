@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._history_cache import HistoryCache
+from retaining_saver._locks import ThreadLocks
 from retaining_saver.backends._base import Backend, Op
 from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` names
 
@@ -123,19 +124,63 @@ class FellBack:
         performer.fell_back(self.what, self.error)
 
 
-Effect = Lookup | Invalidate | Run | History | Offload | FellBack
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """Run `flow` under the thread's lock, held by every deletion and every write and never
+    across user code; answers what `flow` returns (or raises what it raises)."""
+
+    thread_id: str
+    flow: Flow[Any]
+
+    def perform(self, performer: Performer) -> Any:
+        with performer.locks.hold(self.thread_id):
+            return drive(self.flow, performer)
+
+    async def aperform(self, performer: Performer) -> Any:
+        async with performer.locks.ahold(self.thread_id):
+            return await adrive(self.flow, performer)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHead:
+    """The admission read of the head: `inner.get_tuple(config)`.
+
+    The async driver first runs `fast`, the backend's own read of it where it
+    declares one (`Capabilities.reads_head`); if that fails, the failure is
+    counted as `what` and the saver's own read answers (a real database error
+    raises there too).
+    """
+
+    config: RunnableConfig
+    fast: Flow[Any] | None
+    what: str
+
+    def perform(self, performer: Performer) -> Any:
+        return performer.inner.get_tuple(self.config)
+
+    async def aperform(self, performer: Performer) -> Any:
+        if self.fast is not None:
+            try:
+                return await adrive(self.fast, performer)
+            except Exception as error:
+                performer.fell_back(self.what, error)
+        return await performer.inner.aget_tuple(self.config)
+
+
+Effect = Lookup | Invalidate | Run | History | Offload | FellBack | Locked | ReadHead
 Flow = Generator[Effect, Any, T]
 
 
 @dataclass(frozen=True)
 class Performer:
-    """What effects act on: the inner saver, its backend, the caches, and what counts a
-    fallback."""
+    """What effects act on: the inner saver, its backend, the caches, what counts a
+    fallback, and the per-thread locks."""
 
     inner: BaseCheckpointSaver[Any]
     backend: Backend | None
     caches: Sequence[HistoryCache]
     fell_back: Callable[[str, Exception], None] = lambda what, error: None
+    locks: ThreadLocks = field(default_factory=ThreadLocks)
 
     def storage(self) -> Backend:
         """The backend a `Run` goes to."""

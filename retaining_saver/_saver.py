@@ -38,7 +38,17 @@ from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
 from retaining_saver._caches import HistoryCache, cached_history
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
+from retaining_saver._effects import (
+    Flow,
+    Locked,
+    Lookup,
+    Mode,
+    Performer,
+    ReadHead,
+    Run,
+    adrive,
+    drive,
+)
 from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
@@ -184,9 +194,11 @@ class RetainingSaver(
             warnings.warn(_unsupported_warning(type(inner)), stacklevel=2)
         # Counters, the log, `on_reclaim`, and the back-off after a refused privilege.
         self.accounts = Accounts(on_reclaim)
-        # What the cleanup flows' effects act on: the saver, its backend, the caches.
+        # Per thread: held by every deletion and every write, never across user code.
+        self.locks = ThreadLocks()
+        # What the cleanup flows' effects act on: the saver, its backend, the caches, the locks.
         self.performer = Performer(
-            inner, self.backend, self.history_caches, self.accounts.fell_back
+            inner, self.backend, self.history_caches, self.accounts.fell_back, self.locks
         )
         # Stamps this process wrote, per thread (the last one, until another root put).
         auto = self.backend is not None and admission == "auto"
@@ -194,8 +206,6 @@ class RetainingSaver(
         # The marker the store judges a leaf by when the admission read takes it in the
         # same round (see `_one_round_marker`); None: read first, take second.
         self.one_round = self._one_round_marker()
-        # Per thread: held by every deletion and every write, never across user code.
-        self.locks = ThreadLocks()
         # Tells a run's first read (its admission) from its later ones.
         self._runs = _admission.RunTracker()
         # Re-reads unpinned heads that vanished while they hydrated (None: not asked for).
@@ -222,7 +232,11 @@ class RetainingSaver(
         if clone is not self:
             clone.backend = backend_for(clone.inner)
             clone.performer = Performer(
-                clone.inner, clone.backend, self.history_caches, clone.accounts.fell_back
+                clone.inner,
+                clone.backend,
+                self.history_caches,
+                clone.accounts.fell_back,
+                clone.locks,
             )
             clone.one_round = clone._one_round_marker()
             clone.retry = clone._read_retry()
@@ -269,74 +283,45 @@ class RetainingSaver(
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return drive(self._get_tuple(config), self.performer)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await adrive(self._get_tuple(config), self.performer)
+
+    def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
+        """`get_tuple` and `aget_tuple`, written once."""
         if not well_formed(config):
-            return self.inner.get_tuple(config)  # the saver judges it, as bare
+            bare: CheckpointTuple | None = yield Lookup(config)  # the saver judges it
+            return bare
         if not self._is_admission(config):
-            return self._pinned_result(config, drive(self._read(config), self.performer))
+            return self._pinned_result(config, (yield from self._read(config)))
         thread_id = str(config["configurable"]["thread_id"])
         if _admission.is_pinned(config):
             # A pinned run: clean up as an explicit admission would, then read its target.
             flow = self._explicit(thread_id, config, _admission.map_selectors(config))
-            with self.locks.hold(thread_id):
-                admitted = self._remember_reclaimed(config, drive(flow, self.performer))
-            self._account(config, admitted)
-            return self._pinned_result(config, drive(self._read(config), self.performer))
+            self._account(config, (yield Locked(thread_id, self._remembering(config, flow))))
+            return self._pinned_result(config, (yield from self._read(config)))
         # The admission read: unless it takes a leaf as it reads, only a head shaped like
         # one takes the lock.
-        head = None
+        head: CheckpointTuple | None = None
         if self.one_round is None:
-            head = self.inner.get_tuple(config)
+            head = yield self._read_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
                 if not self._history_may_run(thread_id, head):
                     return head
-                with self.locks.hold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
-                    admitted = drive(flow, self.performer)
-                return self._account_history(admitted)
-        with self.locks.hold(thread_id):
-            flow = self._admission_read(thread_id, config, head)
-            admitted = self._remember_reclaimed(config, drive(flow, self.performer))
-        return self._account(config, admitted)[1]
+                flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                return self._account_history((yield Locked(thread_id, flow)))
+        flow = self._remembering(config, self._admission_read(thread_id, config, head))
+        return self._account(config, (yield Locked(thread_id, flow)))[1]
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if not well_formed(config):
-            return await self.inner.aget_tuple(config)
-        if not self._is_admission(config):
-            return self._pinned_result(config, await adrive(self._read(config), self.performer))
-        thread_id = str(config["configurable"]["thread_id"])
-        if _admission.is_pinned(config):
-            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
-            async with self.locks.ahold(thread_id):
-                admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
-            self._account(config, admitted)
-            found = await adrive(self._read(config), self.performer)
-            return self._pinned_result(config, found)
-        head = None
-        if self.one_round is None:
-            head = await self._aread_head(thread_id, config)
-            if self._nothing_to_reclaim(head, config):
-                if not self._history_may_run(thread_id, head):
-                    return head
-                async with self.locks.ahold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
-                    admitted = await adrive(flow, self.performer)
-                return self._account_history(admitted)
-        async with self.locks.ahold(thread_id):
-            flow = self._admission_read(thread_id, config, head)
-            admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
-        return self._account(config, admitted)[1]
-
-    async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
+    def _read_head(self, thread_id: str, config: RunnableConfig) -> ReadHead:
+        """The admission read of the head, by the backend itself where it declares it may
+        (the fast path runs on upstream internals; the saver's own read is the truth)."""
         backend = self.backend
+        fast = None
         if backend is not None and backend.capabilities.reads_head and backend.matches_audit:
-            try:
-                flow = _admission.read_head(thread_id, config, cast(HeadReader, backend))
-                return await adrive(flow, self.performer)
-            except Exception as error:
-                # The fast path runs on upstream internals; the saver's own read is the truth
-                # (a real database error raises there too).
-                self.accounts.fell_back(_admission.FAST_READ, error)
-        return await self.inner.aget_tuple(config)
+            fast = _admission.read_head(thread_id, config, cast(HeadReader, backend))
+        return ReadHead(config, fast, _admission.FAST_READ)
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, config)
@@ -354,19 +339,16 @@ class RetainingSaver(
         For gateways with `admission="explicit"`, after winning the thread.
         Never raises for a cleanup failure; the result says what happened.
         """
-        config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config)
-        with self.locks.hold(thread_id):
-            admitted = self._remember_reclaimed(config, drive(flow, self.performer))
-        return self._account(config, admitted)[0]
+        return drive(self._admit(thread_id, checkpoint_ns), self.performer)
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
+        return await adrive(self._admit(thread_id, checkpoint_ns), self.performer)
+
+    def _admit(self, thread_id: str, checkpoint_ns: str) -> Flow[AdmissionResult]:
         config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config)
-        async with self.locks.ahold(thread_id):
-            admitted = self._remember_reclaimed(config, await adrive(flow, self.performer))
-        return self._account(config, admitted)[0]
+        flow = self._remembering(config, self._explicit(thread_id, config))
+        return self._account(config, (yield Locked(thread_id, flow)))[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
@@ -507,6 +489,10 @@ class RetainingSaver(
         """Account for an admission, outside the thread's lock."""
         self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
         return admitted
+
+    def _remembering(self, config: RunnableConfig, flow: Flow[Admitted]) -> Flow[Admitted]:
+        """`flow`, then, still under the thread's lock, what it reclaimed remembered."""
+        return self._remember_reclaimed(config, (yield from flow))
 
     def _remember_reclaimed(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Remember, still under the thread's lock, that each reclaimed id now names the head:
