@@ -13,7 +13,7 @@ yielded.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -167,8 +167,30 @@ class ReadHead:
         return await performer.inner.aget_tuple(self.config)
 
 
-Effect = Lookup | Invalidate | Run | History | Offload | FellBack | Locked | ReadHead
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A method with a sync and an async twin (the saver's own `delete_thread`, say):
+    `sync(*args)`, or `await asynchronous(*args)`, as the driver runs; answers its result."""
+
+    sync: Callable[..., Any]
+    asynchronous: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...] = ()
+
+    def perform(self, performer: Performer) -> Any:
+        return self.sync(*self.args)
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await self.asynchronous(*self.args)
+
+
+Effect = Lookup | Invalidate | Run | History | Offload | FellBack | Locked | ReadHead | Call
 Flow = Generator[Effect, Any, T]
+
+
+def answer(effect: Effect) -> Flow[Any]:
+    """A flow of the one `effect`, returning what it answers: a flow for `Locked` to hold
+    the lock across."""
+    return (yield effect)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts
-from retaining_saver._effects import Flow, Performer, adrive, drive
+from retaining_saver._effects import Call, Flow, Locked, Performer, adrive, drive
 from retaining_saver._engine import (
     RetentionReport,
     keeps_delta_walks,
@@ -24,6 +23,8 @@ from retaining_saver._rules import RetentionPolicy
 from retaining_saver._storage import StorageMixin
 from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend, Mode
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel
@@ -88,10 +89,7 @@ class MaintenanceMixin(StorageMixin):
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        flow = self._retention_pass(thread_id, policy, dry_run, now)
-        with self.locks.hold(thread_id), self._permission_named():
-            return self._remember_clones(drive(flow, self.performer))
+        return drive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
 
     async def aenforce_thread_retention(
         self,
@@ -102,17 +100,29 @@ class MaintenanceMixin(StorageMixin):
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
+        return await adrive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
+
+    def _enforce_thread(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        now: datetime | None,
+    ) -> Flow[RetentionReport]:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         flow = self._retention_pass(thread_id, policy, dry_run, now)
-        async with self.locks.ahold(thread_id):
-            with self._permission_named():
-                return self._remember_clones(await adrive(flow, self.performer))
+        report: RetentionReport = yield Locked(thread_id, self._remembering_clones(flow))
+        return report
 
-    @contextmanager
-    def _permission_named(self) -> Iterator[None]:
-        """A refused privilege surfaces as a `CleanupPermissionError` naming it."""
+    def _remembering_clones(self, flow: Flow[RetentionReport]) -> Flow[RetentionReport]:
+        """`flow`, permissions named; then, still under the thread's lock, what each deleted
+        clone resolves to remembered."""
+        return self._remember_clones((yield from self._permission_named(flow)))
+
+    def _permission_named(self, flow: Flow[T]) -> Flow[T]:
+        """`flow`, with a refused privilege surfacing as a `CleanupPermissionError` naming it."""
         try:
-            yield
+            return (yield from flow)
         except Exception as error:
             problem = self._require_backend().permission_problem(error)
             if problem is None:
@@ -244,17 +254,8 @@ class MaintenanceMixin(StorageMixin):
         """
         if self.backend is None:
             # Its own prune, whose answer (None, by upstream's signature) passes through.
-            answer: None = self._inner_prune(thread_ids, strategy)
-            return answer
-        ids = self._prune_ids(thread_ids, strategy)
-        for thread_id in ids:
-            if strategy in DELETE_STRATEGIES:
-                self.delete_thread(thread_id)
-                continue
-            # Its policy takes no duplicate (no clone's id to remember).
-            with self.locks.hold(thread_id), self._permission_named():
-                drive(self._prune_pass(thread_id, delta_graph), self.performer)
-        return None
+            return self._inner_prune(thread_ids, strategy)  # type: ignore[no-any-return]
+        return drive(self._prune(thread_ids, strategy, delta_graph), self.performer)
 
     async def aprune(
         self,
@@ -265,18 +266,22 @@ class MaintenanceMixin(StorageMixin):
     ) -> None:
         """Async `prune`."""
         if self.backend is None:
-            answer: None = await self._inner_aprune(thread_ids, strategy)
-            return answer
-        ids = self._prune_ids(thread_ids, strategy)
-        for thread_id in ids:
+            return await self._inner_aprune(thread_ids, strategy)  # type: ignore[no-any-return]
+        return await adrive(self._prune(thread_ids, strategy, delta_graph), self.performer)
+
+    def _prune(
+        self,
+        thread_ids: Sequence[str],
+        strategy: str,
+        delta_graph: Pregel[Any, Any, Any, Any] | None,
+    ) -> Flow[None]:
+        for thread_id in self._prune_ids(thread_ids, strategy):
             if strategy in DELETE_STRATEGIES:
-                await self.adelete_thread(thread_id)
+                yield Call(self.delete_thread, self.adelete_thread, (thread_id,))
                 continue
-            flow = self._prune_pass(thread_id, delta_graph)
-            async with self.locks.ahold(thread_id):
-                with self._permission_named():
-                    await adrive(flow, self.performer)
-        return None
+            # Its policy takes no duplicate (no clone's id to remember).
+            flow = self._permission_named(self._prune_pass(thread_id, delta_graph))
+            yield Locked(thread_id, flow)
 
     def _prune_pass(
         self, thread_id: str, delta_graph: Pregel[Any, Any, Any, Any] | None
