@@ -28,7 +28,7 @@ from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` name
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Lookup:
     """`inner.get_tuple(config)`; answers a `CheckpointTuple` or None."""
 
@@ -41,7 +41,7 @@ class Lookup:
         return await performer.inner.aget_tuple(self.config)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Invalidate:
     """Make every history cache forget `checkpoint_ids` (all of the thread if None)."""
 
@@ -67,7 +67,7 @@ class Invalidate:
         return invalidate(str(self.thread_id), self.checkpoint_ns, self.checkpoint_ids)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
     """Carry out a backend operation in `mode`; answers its result.
 
@@ -79,7 +79,7 @@ class Run:
     mode: Mode
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class History:
     """`inner.get_delta_channel_history(config=..., channels=...)`."""
 
@@ -95,7 +95,7 @@ class History:
         return await inner.aget_delta_channel_history(config=self.config, channels=self.channels)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Offload:
     """`call()`, CPU-bound work such as deserializing pending writes; the async
     driver runs it in a worker thread, as the async savers do."""
@@ -109,7 +109,7 @@ class Offload:
         return await asyncio.to_thread(self.call)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FellBack:
     """A fast path built on upstream internals failed with `error`, and the saver's own
     call answers instead: count it (and log the first)."""
@@ -124,7 +124,7 @@ class FellBack:
         performer.fell_back(self.what, self.error)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Locked:
     """Run `flow` under the thread's lock, held by every deletion and every write and never
     across user code; answers what `flow` returns (or raises what it raises)."""
@@ -141,7 +141,29 @@ class Locked:
             return await adrive(self.flow, performer)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class IfFree:
+    """Run `flow` under the thread's lock if no one holds it, else answer `busy`.
+
+    The async driver first lets the app's other tasks run (and a cancel land),
+    even on a store whose calls never suspend (memory).
+    """
+
+    thread_id: str
+    flow: Flow[Any]
+    busy: Any
+
+    def perform(self, performer: Performer) -> Any:
+        with performer.locks.try_hold(self.thread_id) as free:
+            return drive(self.flow, performer) if free else self.busy
+
+    async def aperform(self, performer: Performer) -> Any:
+        await asyncio.sleep(0)
+        async with performer.locks.atry_hold(self.thread_id) as free:
+            return await adrive(self.flow, performer) if free else self.busy
+
+
+@dataclass(slots=True)
 class ReadHead:
     """The admission read of the head: `inner.get_tuple(config)`.
 
@@ -167,7 +189,7 @@ class ReadHead:
         return await performer.inner.aget_tuple(self.config)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """A method with a sync and an async twin (the saver's own `delete_thread`, say):
     `sync(*args)`, or `await asynchronous(*args)`, as the driver runs; answers its result."""
@@ -183,7 +205,9 @@ class Call:
         return await self.asynchronous(*self.args)
 
 
-Effect = Lookup | Invalidate | Run | History | Offload | FellBack | Locked | ReadHead | Call
+Effect = (
+    Lookup | Invalidate | Run | History | Offload | FellBack | Locked | IfFree | ReadHead | Call
+)
 Flow = Generator[Effect, Any, T]
 
 
@@ -221,7 +245,7 @@ def drive(flow: Flow[T], performer: Performer) -> T:
                     answer = performer.storage().run(effect.op, effect.mode)
                 else:
                     answer = effect.perform(performer)
-            except Exception as error:
+            except BaseException as error:  # a cancel too: the flow may end what it began
                 effect = flow.throw(error)
             else:
                 effect = flow.send(answer)
@@ -240,7 +264,7 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
                     answer = await performer.storage().arun(effect.op, effect.mode)
                 else:
                     answer = await effect.aperform(performer)
-            except Exception as error:
+            except BaseException as error:  # a cancel too: the flow may end what it began
                 effect = flow.throw(error)
             else:
                 effect = flow.send(answer)
