@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Literal, Self, cast
 
@@ -28,34 +28,33 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
-    DeltaChannelHistory,
 )
 
 from retaining_saver import _admission
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._admitting import AdmittingMixin
 from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
-from retaining_saver._caches import HistoryCache, cached_history
+from retaining_saver._caches import HistoryCache
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import (
     Flow,
     Locked,
     Lookup,
-    Mode,
     Performer,
     ReadHead,
-    Run,
     adrive,
     drive,
 )
-from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
+from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
-from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, Key, ReclaimedIds
-from retaining_saver._retry import ReadRetry, checkpoint_key, could_vanish
+from retaining_saver._reads import ReadsMixin
+from retaining_saver._reclaimed import RECLAIMED_ID_TTL, Key, ReclaimedIds
+from retaining_saver._retry import ReadRetry
 from retaining_saver._rules import (
     LeafPredicate,
     MarkerShape,
@@ -65,7 +64,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._stamps import OwnStamps
 from retaining_saver._thread_ops import ThreadOpsMixin
-from retaining_saver._writes import WritesMixin, pinned_to, well_formed
+from retaining_saver._writes import WritesMixin, well_formed
 from retaining_saver.backends import backend_for, backend_name, store_overrides, supported_base
 from retaining_saver.backends._head_reader import HeadReader
 
@@ -83,7 +82,14 @@ _PROVIDED = frozenset(
 
 
 class RetainingSaver(
-    WritesMixin, ThreadOpsMixin, CachePurgeMixin, BoundingMixin, MaintenanceMixin, DelegatingSaver
+    WritesMixin,
+    ReadsMixin,
+    AdmittingMixin,
+    ThreadOpsMixin,
+    CachePurgeMixin,
+    BoundingMixin,
+    MaintenanceMixin,
+    DelegatingSaver,
 ):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
@@ -367,163 +373,6 @@ class RetainingSaver(
         if not _admission.is_admission_read(config, self._runs):
             return False
         return not self.accounts.backing_off()
-
-    def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
-        found: CheckpointTuple | None = yield Lookup(config)
-        if not config.get("configurable", {}).get("checkpoint_id"):
-            found = yield from self._settle(found, config)
-        elif found is None:
-            found = yield from self._reclaimed_read(config)
-        if found is not None and self._may_be_stamp(found):
-            # A write on it (an update_state) would keep it: see `_write_on_stamp`.
-            self._stamps_read.put(checkpoint_key(found.config), True)
-        return found
-
-    def _may_be_stamp(self, found: CheckpointTuple) -> bool:
-        return self.stamps is not None and could_vanish(found, self.policy)
-
-    def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
-        """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
-        it was (through stacked clones), read as the saver reads it; else None."""
-        configurable = config["configurable"]
-        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
-        if self.backend is None or not isinstance(thread_id, str) or not isinstance(ns, str):
-            return None
-        current = str(configurable["checkpoint_id"])
-        for _ in range(MAX_HOPS):
-            clone = self.reclaimed.clone_of((thread_id, ns, current))
-            if clone is None:
-                try:
-                    clone = yield Run(
-                        self.backend.reclaimed_clone(thread_id, ns, current), Mode.READ
-                    )
-                except Exception as error:
-                    self.accounts.fell_back("the reclaimed-id lookup", error)
-                    return None
-            if clone is None:
-                return None
-            found: CheckpointTuple | None = yield Lookup(pinned_to(config, clone))
-            if found is not None:
-                return found
-            current = clone
-        return None
-
-    def _settle(
-        self, found: CheckpointTuple | None, config: RunnableConfig
-    ) -> Flow[CheckpointTuple | None]:
-        """An unpinned result, re-read once if it vanished while it hydrated (`_retry`)."""
-        if self.retry is None:
-            return found
-        return (yield from self.retry.settle(found, config))
-
-    def _pinned_result(
-        self, config: RunnableConfig, found: CheckpointTuple | None
-    ) -> CheckpointTuple | None:
-        configurable = config.get("configurable", {})
-        checkpoint_id = configurable.get("checkpoint_id")
-        if checkpoint_id and found is None and self.strict_pinned_reads:
-            thread_id = str(configurable.get("thread_id"))
-            ns = configurable.get("checkpoint_ns", "")
-            survivor = self.reclaimed.survivor((thread_id, ns, str(checkpoint_id)))
-            raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, survivor)
-        return found
-
-    # Admission
-
-    def _admission_read(
-        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
-    ) -> Flow[Admitted]:
-        assert self.backend is not None  # _is_admission said so
-        protected = _admission.run_selectors(config)
-        flow = _admission.admit_read(
-            thread_id, config, self.backend, self.policy, protected, head, self.one_round
-        )
-        admitted = yield from self._failsafe(thread_id, flow, config)
-        return (yield from self._history_read(config, admitted))
-
-    def _explicit(
-        self,
-        thread_id: str,
-        config: RunnableConfig,
-        protected: frozenset[str] = frozenset(),
-    ) -> Flow[Admitted]:
-        """Cleanup that looks the head up itself, without its values; `protected`: ids the
-        run addresses, never reclaimed; then the history pass, if due."""
-        if self.backend is None or self.admission == "off":
-            return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
-        if self.accounts.waiting():
-            return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
-        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
-        result, _ = yield from self._failsafe(thread_id, flow, config, read=False)
-        result, _ = yield from self._bound_history(config, result)
-        return result, None
-
-    def _failsafe(
-        self, thread_id: str, flow: Flow[Admitted], config: RunnableConfig, *, read: bool = True
-    ) -> Flow[Admitted]:
-        """`flow`; if it fails, a logged `FAILED` result and the head as it is now.
-
-        With `read`, the head is read through the saver for the run (a failure
-        there is the bare read's own, and surfaces); else only its id is looked
-        up, and a failure there leaves it None.
-        """
-        try:
-            return (yield from flow)
-        except Exception as error:
-            assert self.backend is not None  # only an enabled backend cleans up
-            problem = self.backend.permission_problem(error)
-            skip = self.accounts.failure(thread_id, error, problem)
-        if read:
-            head = yield Lookup(config)
-            head_id = head.checkpoint["id"] if head is not None else None
-            return AdmissionResult(thread_id, (), skip, head_id), head
-        assert self.backend is not None  # only an enabled backend admits
-        try:
-            node = yield from _admission.head_node(thread_id, config, self.backend)
-        except Exception:
-            node = None
-        head_id = node.checkpoint_id if node is not None else None
-        return AdmissionResult(thread_id, (), skip, head_id), None
-
-    def _account(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
-        """Account for an admission, outside the thread's lock."""
-        self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
-        return admitted
-
-    def _remembering(self, config: RunnableConfig, flow: Flow[Admitted]) -> Flow[Admitted]:
-        """`flow`, then, still under the thread's lock, what it reclaimed remembered."""
-        return self._remember_reclaimed(config, (yield from flow))
-
-    def _remember_reclaimed(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
-        """Remember, still under the thread's lock, that each reclaimed id now names the head:
-        a write this process puts on one of them lands on its clone instead."""
-        result = admitted[0]
-        ns = config.get("configurable", {}).get("checkpoint_ns", "")
-        for checkpoint_id in result.reclaimed:
-            if self.stamps is not None:
-                self.stamps.forget(result.thread_id, checkpoint_id)
-            if result.head_id is not None:
-                self.reclaimed.remember((result.thread_id, ns, checkpoint_id), result.head_id)
-        return admitted
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return drive(self._history(config, channels), self.performer)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await adrive(self._history(config, channels), self.performer)
-
-    def _history(
-        self, config: RunnableConfig, channels: Sequence[str]
-    ) -> Flow[Mapping[str, DeltaChannelHistory]]:
-        answer = yield from cached_history(config, channels, self.history_caches)
-        if self.retry is None:
-            return answer
-        rebuilt = yield from self.retry.history(answer, config, channels)
-        return cast(Mapping[str, DeltaChannelHistory], rebuilt)
 
 
 def _unsupported_warning(saver_type: type) -> str:

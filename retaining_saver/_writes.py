@@ -44,7 +44,7 @@ class WritesMixin(DelegatingSaver):
     # What writes on stamps reclaimed, to be accounted once their lock is released.
     _taken: list[tuple[RunnableConfig, Admitted]]
     # Cleanup as `admit` runs it, and its accounting (see `RetainingSaver`).
-    _explicit: Callable[[str, RunnableConfig], Flow[Admitted]]
+    _explicit: Callable[..., Flow[Admitted]]
     _thread_config: Callable[[str, str], RunnableConfig]
     _remember_reclaimed: Callable[[RunnableConfig, Admitted], Admitted]
     _account: Callable[[RunnableConfig, Admitted], Admitted]
