@@ -60,18 +60,6 @@ class MaintenanceMixin(StorageMixin):
             chosen, protect_checkpoint_ids=protected, is_reclaimable_leaf=leaf
         )
 
-    def _retention_pass(
-        self,
-        thread_id: str,
-        policy: RetentionPolicy | None,
-        dry_run: bool,
-        now: datetime | None,
-    ) -> Flow[RetentionReport]:
-        backend = self._require_backend()
-        validate.flag("dry_run", dry_run)
-        validate.moment("now", now)
-        return retention_pass(thread_id, backend, self._policy(policy), dry_run=dry_run, now=now)
-
     def enforce_thread_retention(
         self,
         thread_id: str,
@@ -110,7 +98,11 @@ class MaintenanceMixin(StorageMixin):
         now: datetime | None,
     ) -> Flow[RetentionReport]:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        flow = self._retention_pass(thread_id, policy, dry_run, now)
+        backend = self._require_backend()
+        validate.flag("dry_run", dry_run)
+        validate.moment("now", now)
+        chosen = self._policy(policy)
+        flow = retention_pass(thread_id, backend, chosen, dry_run=dry_run, now=now)
         report: RetentionReport = yield Locked(thread_id, self._remembering_clones(flow))
         return report
 
