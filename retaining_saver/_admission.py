@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
@@ -143,15 +143,15 @@ def admit_read(
 ) -> Flow[Admitted]:
     """Reclaim the stack of duration leaves on `head`, what the admission read returned.
 
-    With `marker` instead of a head (a `OneRoundBackend`), the read itself takes
+    With `marker` instead of a head (a backend that takes as it reads), the read itself takes
     the trailing leaf the marker names (see `_admit_in_one_round`), and the
     stack goes on from the head it read.
     """
     reclaimed: list[str] = []
     if marker is not None:
-        assert isinstance(backend, OneRoundBackend)
         ids = protected | policy.protect_checkpoint_ids
-        flow = _admit_in_one_round(thread_id, read_config, backend, ids, marker)
+        one_round = cast(OneRoundBackend, backend)  # a marker only where it takes as it reads
+        flow = _admit_in_one_round(thread_id, read_config, one_round, ids, marker)
         head, reclaimed = yield from flow
         if head is not None and not _rules.may_have_marker(head.metadata, policy):
             # The common case, told from the metadata alone: no leaf is left to take.
@@ -214,7 +214,7 @@ def read_head(
     thread_id: str, config: RunnableConfig, backend: HeadReader
 ) -> Flow[CheckpointTuple | None]:
     """The async admission read, where the saver's own costs more than its statements
-    (`HeadReader.reads_head_itself`).
+    (`Capabilities.reads_head`).
 
     Answers what `await inner.aget_tuple(config)` answers: the backend runs
     the saver's statements in one round and builds the tuple as the saver

@@ -218,7 +218,7 @@ class BoundingMixin:
         empty = Skip.EMPTY_THREAD if head is None else None
         return AdmissionResult(thread_id, (), empty, head_id), head
 
-    def _recorded_history(self, admitted: Admitted) -> CheckpointTuple | None:
+    def _account_history(self, admitted: Admitted) -> CheckpointTuple | None:
         """Account for a history pass alone (the admission itself was counted)."""
         self.accounts.record_history(admitted[0])
         return admitted[1]
@@ -265,17 +265,17 @@ class BoundingMixin:
         if keeps_delta_walks(plan, policy):
             self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
         self.rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
-        deleted = self._noted_history(thread_id, applied)
+        deleted = self._remember_history_deletions(thread_id, applied)
         changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
         return dataclasses.replace(result, history_reclaimed=deleted), changed
 
-    def _noted_history(self, thread_id: str, applied: Applied) -> tuple[NodeKey, ...]:
+    def _remember_history_deletions(self, thread_id: str, applied: Applied) -> tuple[NodeKey, ...]:
         """Under the thread's lock: each deleted clone's id names what it cloned, and no
         stamp this process remembers is one that went."""
         for deletion in applied.deleted:
             key = (thread_id, deletion.checkpoint_ns, deletion.checkpoint_id)
             if deletion.clone_of is not None:
-                self.reclaimed.note(key, deletion.clone_of)
+                self.reclaimed.remember(key, deletion.clone_of)
             if self.stamps is not None and not deletion.checkpoint_ns:
                 self.stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)

@@ -17,6 +17,7 @@ from retaining_saver._engine import RetentionReport
 from retaining_saver._maintenance import PRUNE_STRATEGIES, keep_latest_policy
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._legend import explain
+from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sqlite_compaction import Pages, measure
 from retaining_saver.backends._stats import SpaceStats, StorageStats, TableStats
 
@@ -300,7 +301,7 @@ def compact(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         return
     backend = store.saver.backend
     assert backend is not None  # the command line opens supported savers only
-    found = backend.read(measure())
+    found = backend.run(measure(), Mode.READ)
     doc.update(would_run=found.worth_vacuum(min_ratio), ran=False, before=_pages(found))
     doc.update(why=why_compact(found, min_ratio), message=DRY_RUN_COMPACT)
 

@@ -3,35 +3,45 @@
 Admission cleanup and the retention engine yield small effect values
 (`Lookup`, `Invalidate`, `Run`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
-the logic has one copy whichever way the caller came in. An effect that fails
-is thrown back into the generator at the point where it was yielded.
+the logic has one copy whichever way the caller came in. Each effect knows
+both ways to carry itself out (`perform`, `aperform`); a `Run` goes straight
+to the backend, whose `run`/`arun` feed its statements to the store. An
+effect that fails is thrown back into the generator at the point where it was
+yielded.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._history_cache import HistoryCache
+from retaining_saver._locks import ThreadLocks
 from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` names
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Lookup:
     """`inner.get_tuple(config)`; answers a `CheckpointTuple` or None."""
 
     config: RunnableConfig
 
+    def perform(self, performer: Performer) -> Any:
+        return performer.inner.get_tuple(self.config)
 
-@dataclass(frozen=True, slots=True)
+    async def aperform(self, performer: Performer) -> Any:
+        return await performer.inner.aget_tuple(self.config)
+
+
+@dataclass(slots=True)
 class Invalidate:
     """Make every history cache forget `checkpoint_ids` (all of the thread if None)."""
 
@@ -39,48 +49,67 @@ class Invalidate:
     checkpoint_ns: str
     checkpoint_ids: Sequence[str] | None
 
+    def perform(self, performer: Performer) -> None:
+        for cache in performer.caches:
+            self._forget(cache, cache.purge, cache.invalidate)
 
-class Mode(StrEnum):
-    """How a backend runs an operation.
+    async def aperform(self, performer: Performer) -> None:
+        for cache in performer.caches:
+            await self._forget(cache, cache.apurge, cache.ainvalidate)
 
-    READ: it only reads; it runs as the saver runs its own reads, never in a
-    transaction that takes a write lock (SQLite's `BEGIN IMMEDIATE`).
-    WRITE: it runs in one transaction.
-    GUARDED: it writes, and every statement re-checks what it proved, so it
-    needs no enclosing transaction (Postgres then runs each statement on its
-    own; the other backends still run it in one transaction).
-    """
-
-    READ = "read"
-    WRITE = "write"
-    GUARDED = "guarded"
+    def _forget(
+        self, cache: HistoryCache, purge: Callable[..., T], invalidate: Callable[..., T]
+    ) -> T:
+        """The purge or the invalidation this effect asks of `cache`, as `purge` or
+        `invalidate` (its sync or async method) answers it."""
+        if self.checkpoint_ids is None:
+            return purge(self.thread_id)
+        return invalidate(str(self.thread_id), self.checkpoint_ns, self.checkpoint_ids)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
-    """Carry out a backend operation in `mode`; answers its result."""
+    """Carry out a backend operation in `mode`; answers its result.
+
+    The drivers hand it straight to the backend's `run`/`arun`, which feed its
+    statements to the store's cursor: nothing stands between.
+    """
 
     op: Op[Any]
     mode: Mode
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class History:
     """`inner.get_delta_channel_history(config=..., channels=...)`."""
 
     config: RunnableConfig
     channels: Sequence[str]
 
+    def perform(self, performer: Performer) -> Any:
+        inner = performer.inner
+        return inner.get_delta_channel_history(config=self.config, channels=self.channels)
 
-@dataclass(frozen=True, slots=True)
+    async def aperform(self, performer: Performer) -> Any:
+        inner = performer.inner
+        return await inner.aget_delta_channel_history(config=self.config, channels=self.channels)
+
+
+@dataclass(slots=True)
 class Offload:
     """`call()`, CPU-bound work such as deserializing pending writes; the async
     driver runs it in a worker thread, as the async savers do."""
 
     call: Callable[[], Any]
 
+    def perform(self, performer: Performer) -> Any:
+        return self.call()
 
-@dataclass(frozen=True, slots=True)
+    async def aperform(self, performer: Performer) -> Any:
+        return await asyncio.to_thread(self.call)
+
+
+@dataclass(slots=True)
 class FellBack:
     """A fast path built on upstream internals failed with `error`, and the saver's own
     call answers instead: count it (and log the first)."""
@@ -88,84 +117,122 @@ class FellBack:
     what: str
     error: Exception
 
+    def perform(self, performer: Performer) -> None:
+        performer.fell_back(self.what, self.error)
 
-Effect = Lookup | Invalidate | Run | History | Offload | FellBack
+    async def aperform(self, performer: Performer) -> None:
+        performer.fell_back(self.what, self.error)
+
+
+@dataclass(slots=True)
+class Locked:
+    """Run `flow` under the thread's lock, held by every deletion and every write and never
+    across user code; answers what `flow` returns (or raises what it raises)."""
+
+    thread_id: str
+    flow: Flow[Any]
+
+    def perform(self, performer: Performer) -> Any:
+        with performer.locks.hold(self.thread_id):
+            return drive(self.flow, performer)
+
+    async def aperform(self, performer: Performer) -> Any:
+        async with performer.locks.ahold(self.thread_id):
+            return await adrive(self.flow, performer)
+
+
+@dataclass(slots=True)
+class IfFree:
+    """Run `flow` under the thread's lock if no one holds it, else answer `busy`.
+
+    The async driver first lets the app's other tasks run (and a cancel land),
+    even on a store whose calls never suspend (memory).
+    """
+
+    thread_id: str
+    flow: Flow[Any]
+    busy: Any
+
+    def perform(self, performer: Performer) -> Any:
+        with performer.locks.try_hold(self.thread_id) as free:
+            return drive(self.flow, performer) if free else self.busy
+
+    async def aperform(self, performer: Performer) -> Any:
+        await asyncio.sleep(0)
+        async with performer.locks.atry_hold(self.thread_id) as free:
+            return await adrive(self.flow, performer) if free else self.busy
+
+
+@dataclass(slots=True)
+class ReadHead:
+    """The admission read of the head: `inner.get_tuple(config)`.
+
+    The async driver first runs `fast`, the backend's own read of it where it
+    declares one (`Capabilities.reads_head`); if that fails, the failure is
+    counted as `what` and the saver's own read answers (a real database error
+    raises there too).
+    """
+
+    config: RunnableConfig
+    fast: Flow[Any] | None
+    what: str
+
+    def perform(self, performer: Performer) -> Any:
+        return performer.inner.get_tuple(self.config)
+
+    async def aperform(self, performer: Performer) -> Any:
+        if self.fast is not None:
+            try:
+                return await adrive(self.fast, performer)
+            except Exception as error:
+                performer.fell_back(self.what, error)
+        return await performer.inner.aget_tuple(self.config)
+
+
+@dataclass(slots=True)
+class Call:
+    """A method with a sync and an async twin (the saver's own `delete_thread`, say):
+    `sync(*args)`, or `await asynchronous(*args)`, as the driver runs; answers its result."""
+
+    sync: Callable[..., Any]
+    asynchronous: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...] = ()
+
+    def perform(self, performer: Performer) -> Any:
+        return self.sync(*self.args)
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await self.asynchronous(*self.args)
+
+
+Effect = (
+    Lookup | Invalidate | Run | History | Offload | FellBack | Locked | IfFree | ReadHead | Call
+)
 Flow = Generator[Effect, Any, T]
+
+
+def answer(effect: Effect) -> Flow[Any]:
+    """A flow of the one `effect`, returning what it answers: a flow for `Locked` to hold
+    the lock across."""
+    return (yield effect)
 
 
 @dataclass(frozen=True)
 class Performer:
-    """What effects act on: the inner saver, its backend, the caches, and what counts a
-    fallback."""
+    """What effects act on: the inner saver, its backend, the caches, what counts a
+    fallback, and the per-thread locks."""
 
     inner: BaseCheckpointSaver[Any]
     backend: Backend | None
     caches: Sequence[HistoryCache]
     fell_back: Callable[[str, Exception], None] = lambda what, error: None
+    locks: ThreadLocks = field(default_factory=ThreadLocks)
 
-    def _backend(self) -> Backend:
+    def storage(self) -> Backend:
+        """The backend a `Run` goes to."""
         if self.backend is None:
             raise RuntimeError("no storage backend: this saver's cleanup is disabled")
         return self.backend
-
-    def perform(self, effect: Effect) -> Any:
-        if isinstance(effect, Lookup):
-            return self.inner.get_tuple(effect.config)
-        if isinstance(effect, History):
-            return self.inner.get_delta_channel_history(
-                config=effect.config, channels=effect.channels
-            )
-        if isinstance(effect, Offload):
-            return effect.call()
-        if isinstance(effect, FellBack):
-            return self.fell_back(effect.what, effect.error)
-        if isinstance(effect, Invalidate):
-            for cache in self.caches:
-                if effect.checkpoint_ids is None:
-                    cache.purge(effect.thread_id)
-                else:
-                    cache.invalidate(
-                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
-                    )
-            return None
-        backend = self._backend()
-        if effect.mode is Mode.READ:
-            return backend.read(effect.op)
-        if effect.mode is Mode.GUARDED:
-            return backend.run_each(effect.op)
-        return backend.run(effect.op)
-
-    async def aperform(self, effect: Effect) -> Any:
-        if type(effect) is Run:  # the common effect first: every admission read runs one
-            return await self._arun(effect)
-        if isinstance(effect, Lookup):
-            return await self.inner.aget_tuple(effect.config)
-        if isinstance(effect, History):
-            return await self.inner.aget_delta_channel_history(
-                config=effect.config, channels=effect.channels
-            )
-        if isinstance(effect, Offload):
-            return await asyncio.to_thread(effect.call)
-        if isinstance(effect, FellBack):
-            return self.fell_back(effect.what, effect.error)
-        if isinstance(effect, Invalidate):
-            for cache in self.caches:
-                if effect.checkpoint_ids is None:
-                    await cache.apurge(effect.thread_id)
-                else:
-                    await cache.ainvalidate(
-                        str(effect.thread_id), effect.checkpoint_ns, effect.checkpoint_ids
-                    )
-            return None
-        return await self._arun(effect)
-
-    async def _arun(self, effect: Run) -> Any:
-        backend = self._backend()
-        if effect.mode is Mode.READ:
-            return await backend.aread(effect.op)
-        if effect.mode is Mode.GUARDED:
-            return await backend.arun_each(effect.op)
-        return await backend.arun(effect.op)
 
 
 def drive(flow: Flow[T], performer: Performer) -> T:
@@ -174,8 +241,11 @@ def drive(flow: Flow[T], performer: Performer) -> T:
         effect = next(flow)
         while True:
             try:
-                answer = performer.perform(effect)
-            except Exception as error:
+                if isinstance(effect, Run):
+                    answer = performer.storage().run(effect.op, effect.mode)
+                else:
+                    answer = effect.perform(performer)
+            except BaseException as error:  # a cancel too: the flow may end what it began
                 effect = flow.throw(error)
             else:
                 effect = flow.send(answer)
@@ -190,8 +260,11 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
         effect = next(flow)
         while True:
             try:
-                answer = await performer.aperform(effect)
-            except Exception as error:
+                if isinstance(effect, Run):
+                    answer = await performer.storage().arun(effect.op, effect.mode)
+                else:
+                    answer = await effect.aperform(performer)
+            except BaseException as error:  # a cancel too: the flow may end what it began
                 effect = flow.throw(error)
             else:
                 effect = flow.send(answer)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts
-from retaining_saver._effects import Flow, Performer, adrive, drive
+from retaining_saver._effects import Call, Flow, Locked, Performer, adrive, drive
 from retaining_saver._engine import (
     RetentionReport,
     keeps_delta_walks,
@@ -23,7 +22,9 @@ from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._storage import StorageMixin
 from retaining_saver.backends._apply import Applied
-from retaining_saver.backends._base import Backend
+from retaining_saver.backends._base import Backend, Mode
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from langgraph.pregel import Pregel
@@ -59,18 +60,6 @@ class MaintenanceMixin(StorageMixin):
             chosen, protect_checkpoint_ids=protected, is_reclaimable_leaf=leaf
         )
 
-    def _retention_pass(
-        self,
-        thread_id: str,
-        policy: RetentionPolicy | None,
-        dry_run: bool,
-        now: datetime | None,
-    ) -> Flow[RetentionReport]:
-        backend = self._require_backend()
-        validate.flag("dry_run", dry_run)
-        validate.moment("now", now)
-        return retention_pass(thread_id, backend, self._policy(policy), dry_run=dry_run, now=now)
-
     def enforce_thread_retention(
         self,
         thread_id: str,
@@ -88,10 +77,7 @@ class MaintenanceMixin(StorageMixin):
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        flow = self._retention_pass(thread_id, policy, dry_run, now)
-        with self.locks.hold(thread_id), self._permission_named():
-            return self._noted_clones(drive(flow, self.performer))
+        return drive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
 
     async def aenforce_thread_retention(
         self,
@@ -102,28 +88,44 @@ class MaintenanceMixin(StorageMixin):
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
-        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
-        flow = self._retention_pass(thread_id, policy, dry_run, now)
-        async with self.locks.ahold(thread_id):
-            with self._permission_named():
-                return self._noted_clones(await adrive(flow, self.performer))
+        return await adrive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
 
-    @contextmanager
-    def _permission_named(self) -> Iterator[None]:
-        """A refused privilege surfaces as a `CleanupPermissionError` naming it."""
+    def _enforce_thread(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy | None,
+        dry_run: bool,
+        now: datetime | None,
+    ) -> Flow[RetentionReport]:
+        validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
+        backend = self._require_backend()
+        validate.flag("dry_run", dry_run)
+        validate.moment("now", now)
+        chosen = self._policy(policy)
+        flow = retention_pass(thread_id, backend, chosen, dry_run=dry_run, now=now)
+        report: RetentionReport = yield Locked(thread_id, self._remembering_clones(flow))
+        return report
+
+    def _remembering_clones(self, flow: Flow[RetentionReport]) -> Flow[RetentionReport]:
+        """`flow`, permissions named; then, still under the thread's lock, what each deleted
+        clone resolves to remembered."""
+        return self._remember_clones((yield from self._permission_named(flow)))
+
+    def _permission_named(self, flow: Flow[T]) -> Flow[T]:
+        """`flow`, with a refused privilege surfacing as a `CleanupPermissionError` naming it."""
         try:
-            yield
+            return (yield from flow)
         except Exception as error:
             problem = self._require_backend().permission_problem(error)
             if problem is None:
                 raise
             raise CleanupPermissionError(problem) from error
 
-    def _noted_clones(self, report: RetentionReport) -> RetentionReport:
+    def _remember_clones(self, report: RetentionReport) -> RetentionReport:
         """Under the thread's lock, remember what each deleted clone resolves to."""
         if not report.dry_run:
             for (ns, checkpoint_id), clone_id in report.clones.items():
-                self.reclaimed.note((report.thread_id, ns, checkpoint_id), clone_id)
+                self.reclaimed.remember((report.thread_id, ns, checkpoint_id), clone_id)
         return report
 
     def enforce_retention(
@@ -185,7 +187,7 @@ class MaintenanceMixin(StorageMixin):
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         backend, after = self._require_backend(), None
-        while page := backend.read(backend.thread_ids(after, page_size)):
+        while page := backend.run(backend.thread_ids(after, page_size), Mode.READ):
             yield from page
             after = page[-1]
 
@@ -214,7 +216,7 @@ class MaintenanceMixin(StorageMixin):
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             return
         backend, after = self._require_backend(), None
-        while page := await backend.aread(backend.thread_ids(after, page_size)):
+        while page := await backend.arun(backend.thread_ids(after, page_size), Mode.READ):
             for thread_id in page:
                 yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
             after = page[-1]
@@ -244,17 +246,8 @@ class MaintenanceMixin(StorageMixin):
         """
         if self.backend is None:
             # Its own prune, whose answer (None, by upstream's signature) passes through.
-            answer: None = self._inner_prune(thread_ids, strategy)
-            return answer
-        ids = self._prune_ids(thread_ids, strategy)
-        for thread_id in ids:
-            if strategy in DELETE_STRATEGIES:
-                self.delete_thread(thread_id)
-                continue
-            # Its policy takes no duplicate (no clone's id to remember).
-            with self.locks.hold(thread_id), self._permission_named():
-                drive(self._prune_pass(thread_id, delta_graph), self.performer)
-        return None
+            return self._inner_prune(thread_ids, strategy)  # type: ignore[no-any-return]
+        return drive(self._prune(thread_ids, strategy, delta_graph), self.performer)
 
     async def aprune(
         self,
@@ -265,18 +258,22 @@ class MaintenanceMixin(StorageMixin):
     ) -> None:
         """Async `prune`."""
         if self.backend is None:
-            answer: None = await self._inner_aprune(thread_ids, strategy)
-            return answer
-        ids = self._prune_ids(thread_ids, strategy)
-        for thread_id in ids:
+            return await self._inner_aprune(thread_ids, strategy)  # type: ignore[no-any-return]
+        return await adrive(self._prune(thread_ids, strategy, delta_graph), self.performer)
+
+    def _prune(
+        self,
+        thread_ids: Sequence[str],
+        strategy: str,
+        delta_graph: Pregel[Any, Any, Any, Any] | None,
+    ) -> Flow[None]:
+        for thread_id in self._prune_ids(thread_ids, strategy):
             if strategy in DELETE_STRATEGIES:
-                await self.adelete_thread(thread_id)
+                yield Call(self.delete_thread, self.adelete_thread, (thread_id,))
                 continue
-            flow = self._prune_pass(thread_id, delta_graph)
-            async with self.locks.ahold(thread_id):
-                with self._permission_named():
-                    await adrive(flow, self.performer)
-        return None
+            # Its policy takes no duplicate (no clone's id to remember).
+            flow = self._permission_named(self._prune_pass(thread_id, delta_graph))
+            yield Locked(thread_id, flow)
 
     def _prune_pass(
         self, thread_id: str, delta_graph: Pregel[Any, Any, Any, Any] | None

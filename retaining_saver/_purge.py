@@ -54,22 +54,22 @@ class CachePurgeMixin:
     def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
         """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
         for thread_id in thread_ids:
-            self.performer.perform(_purge(thread_id))
+            _purge(thread_id).perform(self.performer)
         result = delete()
         for thread_id in thread_ids:
-            self.performer.perform(_purge(thread_id))
+            _purge(thread_id).perform(self.performer)
         return result
 
     async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
         try:
             for thread_id in thread_ids:
-                await self.performer.aperform(_purge(thread_id))
+                await _purge(thread_id).aperform(self.performer)
         except BaseException:
             _discard(delete)
             raise
         result = await delete
         for thread_id in thread_ids:
-            await self.performer.aperform(_purge(thread_id))
+            await _purge(thread_id).aperform(self.performer)
         return result
 
 

@@ -46,7 +46,7 @@ class ReclaimedIds:
         self._ttl = ttl.total_seconds()
         self._clones: BoundedLru[Key, tuple[str, float]] = BoundedLru(size)
 
-    def note(self, key: Key, clone_id: str) -> None:
+    def remember(self, key: Key, clone_id: str) -> None:
         """Remember that `key`'s checkpoint was reclaimed as a duplicate of `clone_id`."""
         self._clones.put(key, (clone_id, time.monotonic()))
 

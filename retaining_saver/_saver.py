@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Literal, Self, cast
 
@@ -28,24 +28,33 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
-    DeltaChannelHistory,
 )
 
 from retaining_saver import _admission
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._admitting import AdmittingMixin
 from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
-from retaining_saver._caches import HistoryCache, cached_history
+from retaining_saver._caches import HistoryCache
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
-from retaining_saver._errors import CheckpointNotFoundError, UnsupportedSaverError
+from retaining_saver._effects import (
+    Flow,
+    Locked,
+    Lookup,
+    Performer,
+    ReadHead,
+    adrive,
+    drive,
+)
+from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
-from retaining_saver._reclaimed import MAX_HOPS, RECLAIMED_ID_TTL, Key, ReclaimedIds
-from retaining_saver._retry import ReadRetry, checkpoint_key, could_vanish
+from retaining_saver._reads import ReadsMixin
+from retaining_saver._reclaimed import RECLAIMED_ID_TTL, Key, ReclaimedIds
+from retaining_saver._retry import ReadRetry
 from retaining_saver._rules import (
     LeafPredicate,
     MarkerShape,
@@ -55,9 +64,9 @@ from retaining_saver._rules import (
 )
 from retaining_saver._stamps import OwnStamps
 from retaining_saver._thread_ops import ThreadOpsMixin
-from retaining_saver._writes import WritesMixin, pinned_to, well_formed
+from retaining_saver._writes import WritesMixin, well_formed
 from retaining_saver.backends import backend_for, backend_name, store_overrides, supported_base
-from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
+from retaining_saver.backends._head_reader import HeadReader
 
 logger = logging.getLogger("retaining_saver")
 
@@ -73,7 +82,14 @@ _PROVIDED = frozenset(
 
 
 class RetainingSaver(
-    WritesMixin, ThreadOpsMixin, CachePurgeMixin, BoundingMixin, MaintenanceMixin, DelegatingSaver
+    WritesMixin,
+    ReadsMixin,
+    AdmittingMixin,
+    ThreadOpsMixin,
+    CachePurgeMixin,
+    BoundingMixin,
+    MaintenanceMixin,
+    DelegatingSaver,
 ):
     """Wrap a LangGraph checkpoint saver and reclaim its redundant checkpoints.
 
@@ -184,9 +200,11 @@ class RetainingSaver(
             warnings.warn(_unsupported_warning(type(inner)), stacklevel=2)
         # Counters, the log, `on_reclaim`, and the back-off after a refused privilege.
         self.accounts = Accounts(on_reclaim)
-        # What the cleanup flows' effects act on: the saver, its backend, the caches.
+        # Per thread: held by every deletion and every write, never across user code.
+        self.locks = ThreadLocks()
+        # What the cleanup flows' effects act on: the saver, its backend, the caches, the locks.
         self.performer = Performer(
-            inner, self.backend, self.history_caches, self.accounts.fell_back
+            inner, self.backend, self.history_caches, self.accounts.fell_back, self.locks
         )
         # Stamps this process wrote, per thread (the last one, until another root put).
         auto = self.backend is not None and admission == "auto"
@@ -194,8 +212,6 @@ class RetainingSaver(
         # The marker the store judges a leaf by when the admission read takes it in the
         # same round (see `_one_round_marker`); None: read first, take second.
         self.one_round = self._one_round_marker()
-        # Per thread: held by every deletion and every write, never across user code.
-        self.locks = ThreadLocks()
         # Tells a run's first read (its admission) from its later ones.
         self._runs = _admission.RunTracker()
         # Re-reads unpinned heads that vanished while they hydrated (None: not asked for).
@@ -222,7 +238,11 @@ class RetainingSaver(
         if clone is not self:
             clone.backend = backend_for(clone.inner)
             clone.performer = Performer(
-                clone.inner, clone.backend, self.history_caches, clone.accounts.fell_back
+                clone.inner,
+                clone.backend,
+                self.history_caches,
+                clone.accounts.fell_back,
+                clone.locks,
             )
             clone.one_round = clone._one_round_marker()
             clone.retry = clone._read_retry()
@@ -236,13 +256,16 @@ class RetainingSaver(
     def _one_round_marker(self) -> MarkerShape | None:
         """The marker an admission read binds to take a leaf as it reads, where it may.
 
-        Only a `OneRoundBackend` whose internals match the audit can, under the
+        Only a backend that takes as it reads (`Capabilities.takes_as_it_reads`)
+        and whose internals match the audit can, under the
         default marker (an app's own predicate is Python the store cannot run),
         and with no history cache: a cache forgets a leaf before it goes, and
         the leaf is known only once read.
         """
         backend = self.backend
-        if not isinstance(backend, OneRoundBackend) or not backend.fast:
+        if backend is None or not backend.capabilities.takes_as_it_reads:
+            return None
+        if not backend.matches_audit:
             return None
         if self.admission != "auto" or self.history_caches:
             return None
@@ -266,74 +289,45 @@ class RetainingSaver(
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return drive(self._get_tuple(config), self.performer)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await adrive(self._get_tuple(config), self.performer)
+
+    def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
+        """`get_tuple` and `aget_tuple`, written once."""
         if not well_formed(config):
-            return self.inner.get_tuple(config)  # the saver judges it, as bare
+            bare: CheckpointTuple | None = yield Lookup(config)  # the saver judges it
+            return bare
         if not self._is_admission(config):
-            return self._pinned_result(config, drive(self._read(config), self.performer))
+            return self._pinned_result(config, (yield from self._read(config)))
         thread_id = str(config["configurable"]["thread_id"])
         if _admission.is_pinned(config):
             # A pinned run: clean up as an explicit admission would, then read its target.
             flow = self._explicit(thread_id, config, _admission.map_selectors(config))
-            with self.locks.hold(thread_id):
-                admitted = self._noted(config, drive(flow, self.performer))
-            self._record(config, admitted)
-            return self._pinned_result(config, drive(self._read(config), self.performer))
+            self._account(config, (yield Locked(thread_id, self._remembering(config, flow))))
+            return self._pinned_result(config, (yield from self._read(config)))
         # The admission read: unless it takes a leaf as it reads, only a head shaped like
         # one takes the lock.
-        head = None
+        head: CheckpointTuple | None = None
         if self.one_round is None:
-            head = self.inner.get_tuple(config)
+            head = yield self._read_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
                 if not self._history_may_run(thread_id, head):
                     return head
-                with self.locks.hold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
-                    admitted = drive(flow, self.performer)
-                return self._recorded_history(admitted)
-        with self.locks.hold(thread_id):
-            flow = self._admission_read(thread_id, config, head)
-            admitted = self._noted(config, drive(flow, self.performer))
-        return self._record(config, admitted)[1]
+                flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                return self._account_history((yield Locked(thread_id, flow)))
+        flow = self._remembering(config, self._admission_read(thread_id, config, head))
+        return self._account(config, (yield Locked(thread_id, flow)))[1]
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if not well_formed(config):
-            return await self.inner.aget_tuple(config)
-        if not self._is_admission(config):
-            return self._pinned_result(config, await adrive(self._read(config), self.performer))
-        thread_id = str(config["configurable"]["thread_id"])
-        if _admission.is_pinned(config):
-            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
-            async with self.locks.ahold(thread_id):
-                admitted = self._noted(config, await adrive(flow, self.performer))
-            self._record(config, admitted)
-            found = await adrive(self._read(config), self.performer)
-            return self._pinned_result(config, found)
-        head = None
-        if self.one_round is None:
-            head = await self._aread_head(thread_id, config)
-            if self._nothing_to_reclaim(head, config):
-                if not self._history_may_run(thread_id, head):
-                    return head
-                async with self.locks.ahold(thread_id):
-                    flow = self._history_read(config, self._unreclaimed(thread_id, head))
-                    admitted = await adrive(flow, self.performer)
-                return self._recorded_history(admitted)
-        async with self.locks.ahold(thread_id):
-            flow = self._admission_read(thread_id, config, head)
-            admitted = self._noted(config, await adrive(flow, self.performer))
-        return self._record(config, admitted)[1]
-
-    async def _aread_head(self, thread_id: str, config: RunnableConfig) -> CheckpointTuple | None:
+    def _read_head(self, thread_id: str, config: RunnableConfig) -> ReadHead:
+        """The admission read of the head, by the backend itself where it declares it may
+        (the fast path runs on upstream internals; the saver's own read is the truth)."""
         backend = self.backend
-        if isinstance(backend, HeadReader) and backend.reads_head_itself:
-            try:
-                flow = _admission.read_head(thread_id, config, backend)
-                return await adrive(flow, self.performer)
-            except Exception as error:
-                # The fast path runs on upstream internals; the saver's own read is the truth
-                # (a real database error raises there too).
-                self.accounts.fell_back(_admission.FAST_READ, error)
-        return await self.inner.aget_tuple(config)
+        fast = None
+        if backend is not None and backend.capabilities.reads_head and backend.matches_audit:
+            fast = _admission.read_head(thread_id, config, cast(HeadReader, backend))
+        return ReadHead(config, fast, _admission.FAST_READ)
 
     def _nothing_to_reclaim(self, head: CheckpointTuple | None, config: RunnableConfig) -> bool:
         skip = _admission.head_skip(head, self.policy, config)
@@ -351,19 +345,16 @@ class RetainingSaver(
         For gateways with `admission="explicit"`, after winning the thread.
         Never raises for a cleanup failure; the result says what happened.
         """
-        config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config)
-        with self.locks.hold(thread_id):
-            admitted = self._noted(config, drive(flow, self.performer))
-        return self._record(config, admitted)[0]
+        return drive(self._admit(thread_id, checkpoint_ns), self.performer)
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
+        return await adrive(self._admit(thread_id, checkpoint_ns), self.performer)
+
+    def _admit(self, thread_id: str, checkpoint_ns: str) -> Flow[AdmissionResult]:
         config = self._thread_config(thread_id, checkpoint_ns)
-        flow = self._explicit(thread_id, config)
-        async with self.locks.ahold(thread_id):
-            admitted = self._noted(config, await adrive(flow, self.performer))
-        return self._record(config, admitted)[0]
+        flow = self._remembering(config, self._explicit(thread_id, config))
+        return self._account(config, (yield Locked(thread_id, flow)))[0]
 
     def _thread_config(self, thread_id: str, checkpoint_ns: str) -> RunnableConfig:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
@@ -382,159 +373,6 @@ class RetainingSaver(
         if not _admission.is_admission_read(config, self._runs):
             return False
         return not self.accounts.backing_off()
-
-    def _read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
-        found: CheckpointTuple | None = yield Lookup(config)
-        if not config.get("configurable", {}).get("checkpoint_id"):
-            found = yield from self._settle(found, config)
-        elif found is None:
-            found = yield from self._reclaimed_read(config)
-        if found is not None and self._may_be_stamp(found):
-            # A write on it (an update_state) would keep it: see `_write_on_stamp`.
-            self._stamps_read.put(checkpoint_key(found.config), True)
-        return found
-
-    def _may_be_stamp(self, found: CheckpointTuple) -> bool:
-        return self.stamps is not None and could_vanish(found, self.policy)
-
-    def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
-        """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
-        it was (through stacked clones), read as the saver reads it; else None."""
-        configurable = config["configurable"]
-        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
-        if self.backend is None or not isinstance(thread_id, str) or not isinstance(ns, str):
-            return None
-        current = str(configurable["checkpoint_id"])
-        for _ in range(MAX_HOPS):
-            clone = self.reclaimed.clone_of((thread_id, ns, current))
-            if clone is None:
-                try:
-                    clone = yield Run(
-                        self.backend.reclaimed_clone(thread_id, ns, current), Mode.READ
-                    )
-                except Exception as error:
-                    self.accounts.fell_back("the reclaimed-id lookup", error)
-                    return None
-            if clone is None:
-                return None
-            found: CheckpointTuple | None = yield Lookup(pinned_to(config, clone))
-            if found is not None:
-                return found
-            current = clone
-        return None
-
-    def _settle(
-        self, found: CheckpointTuple | None, config: RunnableConfig
-    ) -> Flow[CheckpointTuple | None]:
-        """An unpinned result, re-read once if it vanished while it hydrated (`_retry`)."""
-        if self.retry is None:
-            return found
-        return (yield from self.retry.settle(found, config))
-
-    def _pinned_result(
-        self, config: RunnableConfig, found: CheckpointTuple | None
-    ) -> CheckpointTuple | None:
-        configurable = config.get("configurable", {})
-        checkpoint_id = configurable.get("checkpoint_id")
-        if checkpoint_id and found is None and self.strict_pinned_reads:
-            thread_id = str(configurable.get("thread_id"))
-            ns = configurable.get("checkpoint_ns", "")
-            survivor = self.reclaimed.survivor((thread_id, ns, str(checkpoint_id)))
-            raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, survivor)
-        return found
-
-    # Admission
-
-    def _admission_read(
-        self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
-    ) -> Flow[Admitted]:
-        assert self.backend is not None  # _is_admission said so
-        protected = _admission.run_selectors(config)
-        flow = _admission.admit_read(
-            thread_id, config, self.backend, self.policy, protected, head, self.one_round
-        )
-        admitted = yield from self._failsafe(thread_id, flow, config)
-        return (yield from self._history_read(config, admitted))
-
-    def _explicit(
-        self,
-        thread_id: str,
-        config: RunnableConfig,
-        protected: frozenset[str] = frozenset(),
-    ) -> Flow[Admitted]:
-        """Cleanup that looks the head up itself, without its values; `protected`: ids the
-        run addresses, never reclaimed; then the history pass, if due."""
-        if self.backend is None or self.admission == "off":
-            return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
-        if self.accounts.waiting():
-            return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
-        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
-        result, _ = yield from self._failsafe(thread_id, flow, config, read=False)
-        result, _ = yield from self._bound_history(config, result)
-        return result, None
-
-    def _failsafe(
-        self, thread_id: str, flow: Flow[Admitted], config: RunnableConfig, *, read: bool = True
-    ) -> Flow[Admitted]:
-        """`flow`; if it fails, a logged `FAILED` result and the head as it is now.
-
-        With `read`, the head is read through the saver for the run (a failure
-        there is the bare read's own, and surfaces); else only its id is looked
-        up, and a failure there leaves it None.
-        """
-        try:
-            return (yield from flow)
-        except Exception as error:
-            assert self.backend is not None  # only an enabled backend cleans up
-            problem = self.backend.permission_problem(error)
-            skip = self.accounts.failure(thread_id, error, problem)
-        if read:
-            head = yield Lookup(config)
-            head_id = head.checkpoint["id"] if head is not None else None
-            return AdmissionResult(thread_id, (), skip, head_id), head
-        assert self.backend is not None  # only an enabled backend admits
-        try:
-            node = yield from _admission.head_node(thread_id, config, self.backend)
-        except Exception:
-            node = None
-        head_id = node.checkpoint_id if node is not None else None
-        return AdmissionResult(thread_id, (), skip, head_id), None
-
-    def _record(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
-        """Account for an admission, outside the thread's lock."""
-        self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
-        return admitted
-
-    def _noted(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
-        """Remember, still under the thread's lock, that each reclaimed id now names the head:
-        a write this process puts on one of them lands on its clone instead."""
-        result = admitted[0]
-        ns = config.get("configurable", {}).get("checkpoint_ns", "")
-        for checkpoint_id in result.reclaimed:
-            if self.stamps is not None:
-                self.stamps.forget(result.thread_id, checkpoint_id)
-            if result.head_id is not None:
-                self.reclaimed.note((result.thread_id, ns, checkpoint_id), result.head_id)
-        return admitted
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return drive(self._history(config, channels), self.performer)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await adrive(self._history(config, channels), self.performer)
-
-    def _history(
-        self, config: RunnableConfig, channels: Sequence[str]
-    ) -> Flow[Mapping[str, DeltaChannelHistory]]:
-        answer = yield from cached_history(config, channels, self.history_caches)
-        if self.retry is None:
-            return answer
-        rebuilt = yield from self.retry.history(answer, config, channels)
-        return cast(Mapping[str, DeltaChannelHistory], rebuilt)
 
 
 def _unsupported_warning(saver_type: type) -> str:

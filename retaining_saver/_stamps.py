@@ -62,7 +62,7 @@ class OwnStamps:
     def __len__(self) -> int:
         return len(self._stamps)
 
-    def note(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
+    def remember(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
         """Remember a put that may be a stamp; forget the thread's stamp on any other put.
 
         Never raises: the checkpoint is already stored, and a put that cannot be

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 from retaining_saver import _validate as validate
 from retaining_saver._effects import Performer
 from retaining_saver._errors import UnsupportedSaverError
-from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Backend, Mode, Op
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import StorageStats
 
@@ -49,14 +49,14 @@ class StorageMixin:
             ValueError: If `top_threads` is negative, or given with a `thread_id`.
         """
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return backend.read(full_stats(backend, thread_id, channels, top_threads))
+        return backend.run(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     async def astorage_stats(
         self, thread_id: str | None = None, *, channels: bool = False, top_threads: int = 0
     ) -> StorageStats:
         """Async `storage_stats`."""
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return await backend.aread(full_stats(backend, thread_id, channels, top_threads))
+        return await backend.arun(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     def _stats_backend(self, thread_id: str | None, channels: bool, top_threads: int) -> Backend:
         validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
@@ -79,15 +79,11 @@ class StorageMixin:
         `from_conn_string` gives). SQLite gets the same index on first use;
         memory needs none.
         """
-        create = getattr(self._require_backend(), "create_indexes", None)
-        if create is not None:
-            create()
+        self._require_backend().create_indexes()
 
     async def acreate_retention_indexes(self) -> None:
         """Async `create_retention_indexes`."""
-        create = getattr(self._require_backend(), "acreate_indexes", None)
-        if create is not None:
-            await create()
+        await self._require_backend().acreate_indexes()
 
     def compact_storage(self, min_free_ratio: float = 0.25) -> Compaction:
         """SQLite only: give the file's free pages back once `min_free_ratio` of it is free.
@@ -116,7 +112,6 @@ def full_stats(
     return dataclasses.replace(tables, channels=found, top_threads=tuple(top), space=space)
 
 
-@runtime_checkable
 class _Compactor(Protocol):
     """A backend that compacts its store (SQLite's)."""
 
@@ -126,6 +121,6 @@ class _Compactor(Protocol):
 
 
 def _compactor(backend: Backend) -> _Compactor:
-    if not isinstance(backend, _Compactor):
+    if not backend.capabilities.compacts:
         raise TypeError(f"compaction is for SQLite savers; this one stores in {backend.kind}")
-    return backend
+    return cast(_Compactor, backend)

@@ -20,11 +20,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from retaining_saver import _validate as validate
-from retaining_saver._effects import adrive, drive
+from retaining_saver._effects import Flow, IfFree, Run, adrive, drive
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._idle import IdleVerdict, ThreadHead, age_verdict
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_thread
+from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sweep import SweepStore, store_for
 
 if TYPE_CHECKING:
@@ -208,42 +209,28 @@ class RetentionSweeper:
 
     def run_pass(self) -> SweepPass:
         """Run one pass now, synchronously (and from any thread, on an async saver too)."""
-        backend = self.store.backend
-        if not self._prepared and not self.dry_run:
-            backend.run(self.store.prepare())
-            self._prepared = True
-        run = self._begin()
-        try:
-            while self._wants_more(run):
-                page = backend.read(self.store.scan(run.after, self.page_size))
-                for head in self._idle_heads(run, page):
-                    with self.saver.locks.try_hold(head.thread_id) as free:
-                        run.note(self._handle(head, run.started_at) if free else _busy(head))
-        except BaseException:
-            self._finish(run, cancelled=True)
-            raise
-        return self._finish(run, cancelled=self._stopping.is_set())
+        return drive(self._pass(stoppable=True), self.saver.performer)
 
     async def arun_pass(self) -> SweepPass:
         """Async `run_pass`: cancelling it ends the pass with no thread half done."""
-        backend = self.store.backend
+        return await adrive(self._pass(stoppable=False), self.saver.performer)
+
+    def _pass(self, *, stoppable: bool) -> Flow[SweepPass]:
+        """One pass; `stoppable`: a pass `run_until` stopped counts as cancelled."""
         if not self._prepared and not self.dry_run:
-            await backend.arun(self.store.prepare())
+            yield Run(self.store.prepare(), Mode.WRITE)
             self._prepared = True
         run = self._begin()
         try:
             while self._wants_more(run):
-                page = await backend.aread(self.store.scan(run.after, self.page_size))
+                page = yield Run(self.store.scan(run.after, self.page_size), Mode.READ)
                 for head in self._idle_heads(run, page):
-                    # Between threads, the app's tasks run (and a cancel lands) even on a
-                    # store whose calls never suspend (memory).
-                    await asyncio.sleep(0)
-                    async with self.saver.locks.atry_hold(head.thread_id) as free:
-                        run.note(await self._ahandle(head, run.started_at) if free else _busy(head))
+                    handled = self._handled(head, run.started_at)
+                    run.note((yield IfFree(head.thread_id, handled, _busy(head))))
         except BaseException:
             self._finish(run, cancelled=True)
             raise
-        return self._finish(run, cancelled=False)
+        return self._finish(run, cancelled=stoppable and self._stopping.is_set())
 
     def _begin(self) -> _Pass:
         now = validate.moment("clock()", self.clock())
@@ -270,30 +257,21 @@ class RetentionSweeper:
                 run.after = head.thread_id
         run.reached_end = len(page) < self.page_size
 
-    def _handle(self, head: ThreadHead, now: datetime) -> ThreadResult:
+    def _handled(self, head: ThreadHead, now: datetime) -> Flow[ThreadResult]:
+        """The thread swept, under its lock; a failure is logged, and the pass goes on."""
         flow = sweep_thread(
             self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
         )
         try:
-            return self._noted(drive(flow, self.saver.performer))
+            return self._remember_clones((yield from flow))
         except Exception:
             logger.exception("sweeping thread %r failed; the pass goes on", head.thread_id)
             return ThreadResult(head.thread_id, SweepOutcome.FAILED)
 
-    async def _ahandle(self, head: ThreadHead, now: datetime) -> ThreadResult:
-        flow = sweep_thread(
-            self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
-        )
-        try:
-            return self._noted(await adrive(flow, self.saver.performer))
-        except Exception:
-            logger.exception("sweeping thread %r failed; the pass goes on", head.thread_id)
-            return ThreadResult(head.thread_id, SweepOutcome.FAILED)
-
-    def _noted(self, result: ThreadResult) -> ThreadResult:
+    def _remember_clones(self, result: ThreadResult) -> ThreadResult:
         """Remember what each reclaimed duplicate's id resolves to, as the engine does."""
         for (ns, checkpoint_id), clone_id in (result.clones or {}).items():
-            self.saver.reclaimed.note((result.thread_id, ns, checkpoint_id), clone_id)
+            self.saver.reclaimed.remember((result.thread_id, ns, checkpoint_id), clone_id)
         return result
 
     def _finish(self, run: _Pass, *, cancelled: bool) -> SweepPass:

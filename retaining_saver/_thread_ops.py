@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Coroutine, Sequence
-from contextlib import AsyncExitStack, ExitStack
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver import _validate as validate
-from retaining_saver._effects import Flow, Invalidate, Mode, Run, adrive, drive
+from retaining_saver._effects import Flow, Invalidate, Locked, Mode, Run, adrive, answer, drive
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._rules import RetentionPolicy, plan_run_removal
 from retaining_saver._stamps import OwnStamps
@@ -66,29 +65,21 @@ class ThreadOpsMixin(MaintenanceMixin):
         """
         if self.backend is None:
             return self._inner_delete_for_runs(run_ids)  # type: ignore[no-any-return]
-        runs = _run_ids(run_ids)
-        backend = self.backend
-        for thread_id in backend.read(backend.run_threads(sorted(runs))) if runs else []:
-            with self.locks.hold(thread_id), self._permission_named():
-                flow = _removal(thread_id, backend, runs, self.policy)
-                applied = drive(flow, self.performer)
-            self._forget(thread_id, applied)
-        return None
+        return drive(self._delete_for_runs(run_ids), self.performer)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async `delete_for_runs`."""
         if self.backend is None:
             return await self._inner_adelete_for_runs(run_ids)  # type: ignore[no-any-return]
+        return await adrive(self._delete_for_runs(run_ids), self.performer)
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Flow[None]:
         runs = _run_ids(run_ids)
-        backend = self.backend
-        threads = await backend.aread(backend.run_threads(sorted(runs))) if runs else []
+        backend = self._require_backend()
+        threads = (yield Run(backend.run_threads(sorted(runs)), Mode.READ)) if runs else []
         for thread_id in threads:
-            flow = _removal(thread_id, backend, runs, self.policy)
-            async with self.locks.ahold(thread_id):
-                with self._permission_named():
-                    applied = await adrive(flow, self.performer)
-            self._forget(thread_id, applied)
-        return None
+            flow = self._permission_named(_removal(thread_id, backend, runs, self.policy))
+            self._forget(thread_id, (yield Locked(thread_id, flow)))
 
     def _forget(self, thread_id: str, applied: Applied) -> None:
         """What this process remembers of the deleted checkpoints goes with them."""
@@ -118,23 +109,20 @@ class ThreadOpsMixin(MaintenanceMixin):
         """
         if self.backend is None:
             return self.inner.copy_thread(source_thread_id, target_thread_id)  # as bare
-        source, target = self._copy_ids(source_thread_id, target_thread_id)
-        with ExitStack() as held:
-            for thread_id in sorted((source, target)):  # one order: two copies never deadlock
-                held.enter_context(self.locks.hold(thread_id))
-            with self._permission_named():
-                self.backend.run(_copy(self.backend, source, target))
+        return drive(self._copy_thread(source_thread_id, target_thread_id), self.performer)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async `copy_thread`."""
         if self.backend is None:
             return await self.inner.acopy_thread(source_thread_id, target_thread_id)
+        return await adrive(self._copy_thread(source_thread_id, target_thread_id), self.performer)
+
+    def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[None]:
         source, target = self._copy_ids(source_thread_id, target_thread_id)
-        async with AsyncExitStack() as held:
-            for thread_id in sorted((source, target)):  # one order: two copies never deadlock
-                await held.enter_async_context(self.locks.ahold(thread_id))
-            with self._permission_named():
-                await self.backend.arun(_copy(self.backend, source, target))
+        backend = self._require_backend()
+        copy = self._permission_named(answer(Run(_copy(backend, source, target), Mode.WRITE)))
+        first, second = sorted((source, target))  # one order: two copies never deadlock
+        yield Locked(first, answer(Locked(second, copy)))
 
     def _copy_ids(self, source: Any, target: Any) -> tuple[str, str]:
         nul_ok = self._nul_ok()

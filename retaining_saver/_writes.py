@@ -44,10 +44,10 @@ class WritesMixin(DelegatingSaver):
     # What writes on stamps reclaimed, to be accounted once their lock is released.
     _taken: list[tuple[RunnableConfig, Admitted]]
     # Cleanup as `admit` runs it, and its accounting (see `RetainingSaver`).
-    _explicit: Callable[[str, RunnableConfig], Flow[Admitted]]
+    _explicit: Callable[..., Flow[Admitted]]
     _thread_config: Callable[[str, str], RunnableConfig]
-    _noted: Callable[[RunnableConfig, Admitted], Admitted]
-    _record: Callable[[RunnableConfig, Admitted], Admitted]
+    _remember_reclaimed: Callable[[RunnableConfig, Admitted], Admitted]
+    _account: Callable[[RunnableConfig, Admitted], Admitted]
 
     def put(
         self,
@@ -63,8 +63,8 @@ class WritesMixin(DelegatingSaver):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
             config = drive(flow, self.performer)
             stored = super().put(config, checkpoint, metadata, new_versions)
-            self._remember(config, checkpoint, metadata)
-        self._record_taken()
+            self._remember_stamp(config, checkpoint, metadata)
+        self._account_taken()
         return stored
 
     async def aput(
@@ -81,8 +81,8 @@ class WritesMixin(DelegatingSaver):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
             config = await adrive(flow, self.performer)
             stored = await super().aput(config, checkpoint, metadata, new_versions)
-            self._remember(config, checkpoint, metadata)
-        self._record_taken()
+            self._remember_stamp(config, checkpoint, metadata)
+        self._account_taken()
         return stored
 
     def put_writes(
@@ -98,7 +98,7 @@ class WritesMixin(DelegatingSaver):
         with self.locks.hold(thread_id):
             config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
             super().put_writes(config, writes, task_id, task_path)
-        self._record_taken()
+        self._account_taken()
 
     async def aput_writes(
         self,
@@ -114,14 +114,14 @@ class WritesMixin(DelegatingSaver):
             flow = self._landing(thread_id, config, checkpoint=False)
             config = await adrive(flow, self.performer)
             await super().aput_writes(config, writes, task_id, task_path)
-        self._record_taken()
+        self._account_taken()
 
-    def _remember(
+    def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
         """Once stored: the root put this process wrote, which may be a stamp."""
         if self.stamps is not None:
-            self.stamps.note(config, checkpoint, metadata)
+            self.stamps.remember(config, checkpoint, metadata)
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)
@@ -175,17 +175,17 @@ class WritesMixin(DelegatingSaver):
 
     def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
         admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))
-        self._noted(config, admitted)
+        self._remember_reclaimed(config, admitted)
         self._taken.append((config, admitted))
         return self._onto_survivor(config)
 
-    def _record_taken(self) -> None:
+    def _account_taken(self) -> None:
         """Account, outside the lock, for what writes on stamps reclaimed."""
         while self._taken:
             config, admitted = self._taken.pop()
             # A write that found no stamp to take was no admission: nothing to count.
             if admitted[0].reclaimed or admitted[0].skipped is Skip.FAILED:
-                self._record(config, admitted)
+                self._account(config, admitted)
 
     def _lockable(self, config: RunnableConfig) -> str | None:
         """The thread a write must lock, or None where nothing of ours can race it

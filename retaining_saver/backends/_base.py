@@ -2,17 +2,19 @@
 
 A backend speaks in operations: generators that yield its own statements (SQL
 with bound parameters, or a callable for the in-memory saver) and receive
-their rows. `run` drives an operation synchronously in one transaction and
-`arun` asynchronously, so each operation is written once for both. Backends
-that also answer the admission read themselves extend `_head_reader`'s classes.
+their rows. `run` drives an operation synchronously and `arun` asynchronously,
+each in the transaction its `Mode` calls for, so each operation is written once
+for both. What a backend can do beyond the primitives it declares as
+`Capabilities` (the classes of `_head_reader` name what those add).
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -50,6 +52,23 @@ Op = Generator[Any, Any, T]
 """An operation: yields statements, receives their results, returns a T."""
 
 
+class Mode(StrEnum):
+    """The transaction a backend runs an operation in.
+
+    READ: it only reads; it runs as the saver runs its own reads, never in a
+    transaction that takes a write lock (SQLite's `BEGIN IMMEDIATE`), and
+    creates nothing.
+    WRITE: it runs in one transaction.
+    GUARDED: it writes, and every statement re-checks what it proved, so it
+    needs no enclosing transaction (Postgres then runs each statement on its
+    own; the other backends still run it in one transaction).
+    """
+
+    READ = "read"
+    WRITE = "write"
+    GUARDED = "guarded"
+
+
 @dataclass(frozen=True)
 class Integrity:
     """Rows of a thread that point at nothing: each count must be zero.
@@ -67,6 +86,25 @@ class Integrity:
     @property
     def clean(self) -> bool:
         return not (self.dangling_parents or self.orphan_writes or self.orphan_blobs)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the primitives every backend implements: declared by
+    it when it is made (`Backend.declare`), and read by the saver instead of probing its
+    class.
+
+    Attributes:
+        reads_head: It answers the async admission read itself (`HeadReader`), as its
+            saver would, for less: its saver's async read costs more than its statements.
+        takes_as_it_reads: Its admission read takes the trailing leaf in the statement
+            that reads the head (`OneRoundBackend.admit_and_read`).
+        compacts: It gives free pages back to the filesystem (`compact`, `acompact`).
+    """
+
+    reads_head: bool = False
+    takes_as_it_reads: bool = False
+    compacts: bool = False
 
 
 class Backend(ABC):
@@ -87,12 +125,26 @@ class Backend(ABC):
         self.reclaimed_ttl = RECLAIMED_ID_TTL
         # What of the saver's internals no longer matches the audit (`_upstream`).
         self.drift: list[str] = []
+        self.capabilities = self.declare(saver)
+
+    def declare(self, saver: BaseCheckpointSaver[Any]) -> Capabilities:
+        """What this backend can do over `saver`; by default nothing beyond the primitives."""
+        return Capabilities()
 
     @property
-    def fast(self) -> bool:
-        """Whether the fast paths built on the saver's internals may run: the internals
-        match what `_upstream` audited. Else every read goes through the saver."""
+    def matches_audit(self) -> bool:
+        """Whether the saver's internals match what `_upstream` audited, so the fast paths
+        built on them may run. Else every read goes through the saver."""
         return not self.drift
+
+    def create_indexes(self) -> None:
+        """Create what keeps this backend's statements flat on a large store; by default
+        nothing (a backend that needs an index creates it on first use)."""
+        return None
+
+    async def acreate_indexes(self) -> None:
+        """Async `create_indexes`."""
+        return None
 
     def permission_problem(self, error: BaseException) -> str | None:
         """What `error` says is not permitted, if it is the store refusing a privilege
@@ -102,39 +154,12 @@ class Backend(ABC):
     # Drivers
 
     @abstractmethod
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op` in one transaction, synchronously."""
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` synchronously, in the transaction `mode` calls for."""
 
     @abstractmethod
-    async def arun(self, op: Op[T]) -> T:
-        """Carry out `op` in one transaction, asynchronously."""
-
-    def run_each(self, op: Op[T]) -> T:
-        """Carry out `op`, each of whose statements is right as a transaction of its own.
-
-        A read, or a write that re-checks what it proved, needs no enclosing
-        transaction. A backend whose round trips cost more than its
-        transactions (Postgres) runs each statement on its own; the others run
-        `op` in one transaction.
-        """
-        return self.run(op)
-
-    async def arun_each(self, op: Op[T]) -> T:
-        """Async `run_each`."""
-        return await self.arun(op)
-
-    def read(self, op: Op[T]) -> T:
-        """Carry out `op`, which only reads, the way the saver runs its own reads.
-
-        By default as `run_each`; a backend whose transactions take locks the
-        saver's reads do not (SQLite's `BEGIN IMMEDIATE`) runs its statements
-        without one.
-        """
-        return self.run_each(op)
-
-    async def aread(self, op: Op[T]) -> T:
-        """Async `read`."""
-        return await self.arun_each(op)
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` asynchronously, in the transaction `mode` calls for."""
 
     # Primitives
 
@@ -396,19 +421,6 @@ def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:
         statement = next(op)
         while True:
             statement = op.send(execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
-
-
-async def adrive_statements(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
-    """`drive_statements`, awaiting each statement."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(await execute(statement))
     except StopIteration as done:
         result: T = done.value
         return result

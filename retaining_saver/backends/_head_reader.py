@@ -22,19 +22,15 @@ from retaining_saver.backends._base import Backend, Op
 class HeadReader(Backend):
     """A backend that answers the async admission read itself, as its saver would, for less.
 
-    It runs the saver's own statements for the unpinned read (`head_row`, in
-    one `read`) and builds the tuple as the saver does (`read_tuple`). Where
-    the saver's async read costs more than its statements (Postgres: a worker
+    It declares `Capabilities.reads_head` where it does so. It runs the
+    saver's own statements for the unpinned read (`head_row`, in one READ)
+    and builds the tuple as the saver does (`read_tuple`). Where the saver's
+    async read costs more than its statements (Postgres: a worker
     thread hop to deserialize pending writes, even when there are none;
     SQLite: a hop to aiosqlite's thread for every cursor call), the admission
     read then costs less than the bare one, and what it saves pays for the
     wrapper.
     """
-
-    @property
-    @abstractmethod
-    def reads_head_itself(self) -> bool:
-        """Whether the async admission read is read here rather than by the saver."""
 
     @abstractmethod
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
@@ -57,7 +53,8 @@ class HeadReader(Backend):
 class OneRoundBackend(HeadReader):
     """A backend whose admission read takes the trailing leaf, if any, as it reads the head.
 
-    The rules' marker is bound as data (`MarkerShape`), so the store judges the
+    It declares `Capabilities.takes_as_it_reads`. The rules' marker is bound as
+    data (`MarkerShape`), so the store judges the
     leaf inside the statement that reads the head: an admission that reclaims
     costs one round trip, like the read it replaces.
     """

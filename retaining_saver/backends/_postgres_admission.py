@@ -28,7 +28,12 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    Checkpoint,
+    CheckpointTuple,
+    PendingWrite,
+)
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
@@ -37,7 +42,7 @@ from psycopg.types.json import Jsonb
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, Skip
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import LeafTake
-from retaining_saver.backends._base import Op
+from retaining_saver.backends._base import Capabilities, Op
 from retaining_saver.backends._head_reader import OneRoundBackend, tuple_configs
 from retaining_saver.backends._sql import Row, Statement
 
@@ -359,7 +364,7 @@ class PostgresAdmission(OneRoundBackend):
         `with_parent_row` it reads the parent's row as the saver's own read does.
         """
         params = _take_params(thread_id, leaf, self.reclaimed_ttl)
-        with_parent_row = with_parent_row and self.fast  # else the saver reads the parent
+        with_parent_row = with_parent_row and self.matches_audit  # else the saver reads the parent
         sql = RECLAIM_LEAF_READ_SQL if with_parent_row else RECLAIM_LEAF_SQL
         rows = yield Statement(sql, params, fetch=True)
         if rows[0]["taken"]:
@@ -368,11 +373,13 @@ class PostgresAdmission(OneRoundBackend):
         take = LeafTake(policy, protected)
         return take.untaken(leaf, parent, leaf_as_judged=rows[0]["leaf_as_judged"])
 
-    @property
-    def reads_head_itself(self) -> bool:
-        """True for `AsyncPostgresSaver`, whose read always deserializes pending writes in a
-        worker thread; `PostgresSaver` has no async read at all. Off on drift."""
-        return isinstance(self.saver, AsyncPostgresSaver) and self.fast
+    def declare(self, saver: BaseCheckpointSaver[Any]) -> Capabilities:
+        """It takes as it reads; it reads the head itself over an `AsyncPostgresSaver`,
+        whose read always deserializes pending writes in a worker thread
+        (`PostgresSaver` has no async read at all)."""
+        return Capabilities(
+            reads_head=isinstance(saver, AsyncPostgresSaver), takes_as_it_reads=True
+        )
 
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
         rows = yield Statement(SELECT_HEAD_ROW_SQL, (str(thread_id), checkpoint_ns), fetch=True)

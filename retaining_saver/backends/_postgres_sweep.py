@@ -140,7 +140,7 @@ class PostgresSweep(SqlSweep):
     texts = TEXTS
 
     def head_facts(self, thread_id: str) -> Op[HeadFacts | None] | None:
-        if not self.backend.fast:
+        if not self.backend.matches_audit:
             return None
         return self._head_facts(thread_id)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
@@ -22,7 +23,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from retaining_saver._rules import CheckpointNode, LeafFacts
-from retaining_saver.backends._base import Op
+from retaining_saver.backends._base import Capabilities, Op
 from retaining_saver.backends._head_reader import tuple_configs
 from retaining_saver.backends._sql import Row, Statement
 from retaining_saver.backends._sqlite_plan import SqlitePlans, metadata_of, node_of
@@ -47,7 +48,7 @@ class SqliteAdmission(SqlitePlans):
         rows = yield Statement(self.sql.select_nodes, params)
         decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
         nodes = {i: node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
-        if parent_id is None or parent_id not in decoded or not self.fast:
+        if parent_id is None or parent_id not in decoded or not self.matches_audit:
             return nodes, None
         writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
         return nodes, (*decoded[parent_id], writes)
@@ -63,7 +64,7 @@ class SqliteAdmission(SqlitePlans):
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds from the parent's row; None on
         drift, so that the saver reads it."""
-        if facts.parent_row is None or not self.fast:
+        if facts.parent_row is None or not self.matches_audit:
             return None
         row, checkpoint, writes = facts.parent_row
         thread_id = str(leaf.config["configurable"]["thread_id"])
@@ -79,11 +80,10 @@ class SqliteAdmission(SqlitePlans):
         metadata = cast(CheckpointMetadata, metadata_of(row))
         return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
-    @property
-    def reads_head_itself(self) -> bool:
-        """True for `AsyncSqliteSaver`; the sync saver's read has no hops to save. Off on
-        drift."""
-        return isinstance(self.saver, AsyncSqliteSaver) and self.fast
+    def declare(self, saver: BaseCheckpointSaver[Any]) -> Capabilities:
+        """It reads the head itself over an `AsyncSqliteSaver` (the sync saver's read has
+        no hops to save), and compacts."""
+        return Capabilities(reads_head=isinstance(saver, AsyncSqliteSaver), compacts=True)
 
     def head_row(self, thread_id: str, checkpoint_ns: str) -> Op[Any]:
         """The saver's own statements: the newest row, then its pending writes."""

@@ -22,6 +22,7 @@ from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Integrity,
+    Mode,
     Op,
     T,
     drive_statements,
@@ -63,15 +64,15 @@ class MemoryBackend(MemoryThreads, MemoryStats):
     stores_blobs = True
     saver: InMemorySaver
 
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op`; if a statement raises, undo what the earlier ones changed, so
-        that the operation is one transaction here too."""
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op`, in any mode; if a statement raises, undo what the earlier ones
+        changed, so that the operation is one transaction here too."""
         result: T = journalled(lambda: drive_statements(op, lambda statement: statement()))
         return result
 
-    async def arun(self, op: Op[T]) -> T:
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
-        return self.run(op)
+        return self.run(op, mode)
 
     def _namespaces(self, thread_id: str) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = self.saver.storage.get(thread_id, {})
@@ -139,7 +140,7 @@ class MemoryBackend(MemoryThreads, MemoryStats):
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
         None on drift, so that the saver reads it."""
-        if facts.parent is None or not self.fast:
+        if facts.parent is None or not self.matches_audit:
             return None
         configurable = leaf.config["configurable"]
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")

@@ -30,15 +30,15 @@ their statements run, so that each can be read whole:
   steps in bulk and sweep the blobs they free.
 
 `PostgresBackend` mixes the two in; their statements reach the database only
-through the drivers here (`_execute`, `_aexecute`).
+through the drivers here (`run`, `arun`, by `_execute`, `_aexecute`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import timedelta
-from functools import partial
 
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -46,13 +46,7 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import CheckpointNode
-from retaining_saver.backends._base import (
-    Op,
-    T,
-    adrive_statements,
-    drive_statements,
-    on_saver_loop,
-)
+from retaining_saver.backends._base import Mode, Op, T, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_stats import PostgresStats
@@ -278,64 +272,68 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             return None
         return str(error).splitlines()[0] if str(error) else "insufficient privilege"
 
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op` in one transaction on the saver's connection."""
-        return self._run(self._ready(op), each=False)
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` on the saver's connection: a READ or GUARDED one statement per
+        transaction where the connection autocommits, else (and a WRITE always) in one
+        transaction. An async saver runs it on its loop.
 
-    async def arun(self, op: Op[T]) -> T:
+        The statements are fed to `_execute` right here, not through a shared
+        driver: a statement climbs no frame of ours between the flow and the
+        cursor (`scripts/statement_frames.py`).
+        """
+        saver = self.saver
+        if isinstance(saver, AsyncPostgresSaver):
+            return on_saver_loop(saver.loop, None, lambda: self.arun(op, mode))
+        op = self._ready(op, mode)
+        with saver._cursor() as cur:
+            if saver.pipe:
+                # The transaction must not take in what the pipeline queued before it.
+                saver.pipe.sync()
+            each = mode is not Mode.WRITE and cur.connection.autocommit
+            with nullcontext() if each else cur.connection.transaction():
+                try:
+                    statement = next(op)
+                    while True:
+                        statement = op.send(_execute(cur, statement))
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+                finally:
+                    op.close()
+
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
-        return await self._arun(self._ready(op), each=False)
+        saver = self.saver
+        if isinstance(saver, PostgresSaver):
+            return await asyncio.to_thread(self.run, op, mode)
+        op = self._ready(op, mode)
+        async with saver._cursor() as cur:
+            if saver.pipe:
+                await saver.pipe.sync()
+            each = mode is not Mode.WRITE and cur.connection.autocommit
+            async with nullcontext() if each else cur.connection.transaction():
+                try:
+                    statement = next(op)
+                    while True:
+                        statement = op.send(await _aexecute(cur, statement))
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+                finally:
+                    op.close()
 
-    def run_each(self, op: Op[T]) -> T:
-        """Carry out `op` one statement per transaction, on an autocommit connection."""
-        return self._run(self._ready(op), each=True)
-
-    async def arun_each(self, op: Op[T]) -> T:
-        """Async `run_each`."""
-        return await self._arun(self._ready(op), each=True)
-
-    def read(self, op: Op[T]) -> T:
-        """Carry out `op`, which only reads, one statement at a time, creating nothing."""
-        return self._run(op, each=True)
-
-    async def aread(self, op: Op[T]) -> T:
-        """Async `read`."""
-        return await self._arun(op, each=True)
-
-    def _ready(self, op: Op[T]) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' table."""
-        return op if self.reclaimed_table_ready else self._creating_table(op)
+    def _ready(self, op: Op[T], mode: Mode) -> Op[T]:
+        """`op`, preceded on this backend's first write by the reclaim records' table; a
+        read creates nothing."""
+        if mode is Mode.READ or self.reclaimed_table_ready:
+            return op
+        return self._creating_table(op)
 
     def _creating_table(self, op: Op[T]) -> Op[T]:
         yield Statement(CREATE_RECLAIMED_TABLE_SQL)
         result = yield from op
         self.reclaimed_table_ready = True
         return result
-
-    def _run(self, op: Op[T], *, each: bool) -> T:
-        saver = self.saver
-        if isinstance(saver, AsyncPostgresSaver):
-            return on_saver_loop(saver.loop, None, lambda: self._arun(op, each=each))
-        with saver._cursor() as cur:
-            if saver.pipe:
-                # The transaction must not take in what the pipeline queued before it.
-                saver.pipe.sync()
-            if each and cur.connection.autocommit:
-                return drive_statements(op, partial(_execute, cur))
-            with cur.connection.transaction():
-                return drive_statements(op, partial(_execute, cur))
-
-    async def _arun(self, op: Op[T], *, each: bool) -> T:
-        saver = self.saver
-        if isinstance(saver, PostgresSaver):
-            return await asyncio.to_thread(self._run, op, each=each)
-        async with saver._cursor() as cur:
-            if saver.pipe:
-                await saver.pipe.sync()
-            if each and cur.connection.autocommit:
-                return await adrive_statements(op, partial(_aexecute, cur))
-            async with cur.connection.transaction():
-                return await adrive_statements(op, partial(_aexecute, cur))
 
     def create_indexes(self) -> None:
         """Create the parent index and the sweep's root index, concurrently, and the reclaim

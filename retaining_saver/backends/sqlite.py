@@ -48,7 +48,7 @@ import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop
+from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 from retaining_saver.backends._sql_threads import SqlThreads
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
@@ -342,42 +342,32 @@ class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
             return str(error)
         return None
 
-    def run(self, op: Op[T]) -> T:
-        """Carry out `op` in one `BEGIN IMMEDIATE` transaction under the saver's lock."""
-        return self._call("run", _transaction, self._indexed(op))
-
-    async def arun(self, op: Op[T]) -> T:
-        """`run`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
-        return await self._acall("run", _transaction, self._indexed(op))
-
-    def read(self, op: Op[T]) -> T:
-        """Run `op`, which only reads, under the saver's lock and outside any transaction
-        of ours, as its own reads run: `BEGIN IMMEDIATE` would take the write lock."""
-        return self._call("read", _statements, op)
-
-    async def aread(self, op: Op[T]) -> T:
-        """Async `read`: on an `AsyncSqliteSaver`, one hop to aiosqlite's thread."""
-        return await self._acall("read", _statements, op)
-
-    def _call(self, name: str, body: Callable[[sqlite3.Connection, Op[T]], T], op: Op[T]) -> T:
-        """`body(connection, op)` under the saver's lock, once it is set up."""
+    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """Carry out `op` under the saver's lock, once it is set up: a READ outside any
+        transaction of ours, as the saver's own reads run (`BEGIN IMMEDIATE` would take
+        the write lock); a WRITE or GUARDED one in one `BEGIN IMMEDIATE` transaction.
+        An async saver runs it on its loop."""
         saver = self.saver
         if isinstance(saver, AsyncSqliteSaver):
-            return on_saver_loop(saver.loop, None, lambda: self._acall(name, body, op))
+            return on_saver_loop(saver.loop, None, lambda: self.arun(op, mode))
         with saver.lock:
             saver.setup()
-            return body(saver.conn, op)
+            if mode is Mode.READ:
+                return _statements(saver.conn, op)
+            return _transaction(saver.conn, self._indexed(op))
 
-    async def _acall(
-        self, name: str, body: Callable[[sqlite3.Connection, Op[T]], T], op: Op[T]
-    ) -> T:
-        """`_call`, asynchronously: on aiosqlite's connection thread, in one hop."""
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """`run`, asynchronously: on aiosqlite's connection thread, in one hop; a sync
+        `SqliteSaver` runs it in a worker thread."""
         saver = self.saver
         if isinstance(saver, SqliteSaver):
-            return await asyncio.to_thread(self._call, name, body, op)
+            return await asyncio.to_thread(self.run, op, mode)
         await saver.setup()
         async with saver.lock:
-            return await _on_connection_thread(saver.conn, body, saver.conn._conn, op)
+            conn = saver.conn
+            if mode is Mode.READ:
+                return await _on_connection_thread(conn, _statements, conn._conn, op)
+            return await _on_connection_thread(conn, _transaction, conn._conn, self._indexed(op))
 
     def _indexed(self, op: Op[T]) -> Op[T]:
         """`op`, preceded on this backend's first run by the parent index and the

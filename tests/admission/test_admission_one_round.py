@@ -334,7 +334,7 @@ def _put(
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent},
         "metadata": {"user": "ada"},
     }
-    stamps.note(config, checkpoint, metadata)
+    stamps.remember(config, checkpoint, metadata)
     return checkpoint["id"]
 
 
@@ -367,7 +367,7 @@ def test_a_malformed_put_forgets_the_stamp() -> None:
     stamps = OwnStamps(RetentionPolicy())
     _put(stamps, "t", STAMP)
     config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    stamps.note(config, {"id": "odd"}, STAMP)  # type: ignore[typeddict-item]
+    stamps.remember(config, {"id": "odd"}, STAMP)  # type: ignore[typeddict-item]
     assert stamps.peek("t") is None
 
 

@@ -37,10 +37,10 @@ def _stamp(thread_id: str, metadata_bytes: int) -> tuple[Any, Any]:
 def test_stamps_hold_a_bounded_number_of_bytes() -> None:
     stamps = OwnStamps(RetentionPolicy())
     for i in range(120):
-        stamps.note(_stamp_config(f"big-{i}"), *_stamp(f"big-{i}", 2 * MB))
+        stamps.remember(_stamp_config(f"big-{i}"), *_stamp(f"big-{i}", 2 * MB))
     assert len(stamps) == 0, "a 2 MB stamp is looked up when needed, never remembered"
     for i in range(400):
-        stamps.note(_stamp_config(f"t-{i}"), *_stamp(f"t-{i}", 60 * 1024))
+        stamps.remember(_stamp_config(f"t-{i}"), *_stamp(f"t-{i}", 60 * 1024))
     assert 0 < stamps.bytes <= MAX_STAMPS_BYTES
     assert stamps.peek("t-399") is not None and stamps.peek("t-0") is None
 

@@ -31,7 +31,7 @@ from savers import KINDS, open_sync
 import retaining_saver._rules as rules
 from retaining_saver import RetainingSaver
 from retaining_saver._admission import node_of
-from retaining_saver.backends._base import Backend
+from retaining_saver.backends._base import Backend, Mode
 from retaining_saver.backends._head_reader import OneRoundBackend
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, thread_config
@@ -164,8 +164,8 @@ def _take(
 ) -> bool:
     """Take `proven` through `via`; check what it answers besides; whether it was taken."""
     if via == "reclaim_leaf":
-        answer = backend.run_each(
-            backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset())
+        answer = backend.run(
+            backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset()), Mode.GUARDED
         )
         if isinstance(answer, rules.LeafFacts):
             verdict = rules.leaf_verdict(answer, saver.policy, frozenset())
@@ -173,14 +173,16 @@ def _take(
         return isinstance(answer, rules.LeafFacts)
     # The one-round read judges the head itself: it takes exactly what the rules would,
     # judged on the rows as they are now.
-    head = backend.read(backend.head_node(thread_id, ""))
+    head = backend.run(backend.head_node(thread_id, ""), Mode.READ)
     assert head is not None
-    facts = backend.read(backend.leaf_facts(thread_id, "", head.checkpoint_id, head.parent_id))
+    facts = backend.run(
+        backend.leaf_facts(thread_id, "", head.checkpoint_id, head.parent_id), Mode.READ
+    )
     verdict = rules.leaf_verdict(facts, saver.policy, frozenset())
     marker = rules.DURATION_MARKER
     assert isinstance(backend, OneRoundBackend)
-    taken, row = backend.run_each(
-        backend.admit_and_read(thread_id, "", marker, frozenset(), "guard-token")
+    taken, row = backend.run(
+        backend.admit_and_read(thread_id, "", marker, frozenset(), "guard-token"), Mode.GUARDED
     )
     assert (taken is not None) == isinstance(verdict, rules.Deletion), (taken, verdict)
     assert taken is None or taken == head.checkpoint_id

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base.id import uuid6
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
+from retaining_saver.backends._base import Mode
 from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, thread_config
@@ -171,9 +172,11 @@ def test_delete_thread_forgets_its_reclaims(kind: str, request: pytest.FixtureRe
         _, stamp, _ = _two_threads(saver)
         assert saver.backend is not None
         lookup = saver.backend.reclaimed_clone(RETAINED, "", stamp)
-        assert saver.backend.read(lookup) is not None
+        assert saver.backend.run(lookup, Mode.READ) is not None
         saver.delete_thread(RETAINED)
-        assert saver.backend.read(saver.backend.reclaimed_clone(RETAINED, "", stamp)) is None
+        assert (
+            saver.backend.run(saver.backend.reclaimed_clone(RETAINED, "", stamp), Mode.READ) is None
+        )
         assert saver.get_tuple(_at(RETAINED, stamp)) is None
 
 

@@ -13,6 +13,7 @@ from savers import KINDS, open_async, open_sync
 from sweep_kit import IDLE_FOR, OLD, SweepClock, awrite_scene, set_clock, write_scene
 
 from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper, SweepOutcome
+from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sweep import advisory_key
 from retaining_saver.testing.checks import aintegrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
@@ -25,7 +26,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SweepClock:
 
 def _count(saver: RetainingSaver, thread_id: str) -> int:
     backend = saver._require_backend()
-    return len(backend.read(backend.load_lineage(thread_id)).nodes)
+    return len(backend.run(backend.load_lineage(thread_id), Mode.READ).nodes)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -83,7 +84,7 @@ async def test_a_cancelled_pass_leaves_no_thread_half_done(
         saver = RetainingSaver(inner)
         await awrite_scene(saver, clock)
         backend = saver._require_backend()
-        before = {t: await backend.aread(backend.load_lineage(t)) for t in OLD}
+        before = {t: await backend.arun(backend.load_lineage(t), Mode.READ) for t in OLD}
         task: asyncio.Task[Any] | None = None
 
         def veto(info: Any) -> bool:
@@ -99,14 +100,14 @@ async def test_a_cancelled_pass_leaves_no_thread_half_done(
         # Cancelled at the second thread: in its transaction, or (a store whose calls
         # never suspend) at the next thread; the third is untouched.
         assert [r.thread_id for r in sweeper.last_pass.results] in ([OLD[0]], list(OLD[:2]))
-        third = await backend.aread(backend.load_lineage(OLD[2]))
+        third = await backend.arun(backend.load_lineage(OLD[2]), Mode.READ)
         assert sorted(third.nodes) == sorted(before[OLD[2]].nodes)
         for thread_id in OLD:
-            now = await backend.aread(backend.load_lineage(thread_id))
+            now = await backend.arun(backend.load_lineage(thread_id), Mode.READ)
             assert sorted(now.nodes) in ([], sorted(before[thread_id].nodes))
             assert (await aintegrity(saver, thread_id)).clean
         task = None
         again = await sweeper.arun_pass()  # the next pass finishes the job
         assert not again.cancelled
         for thread_id in OLD:
-            assert not (await backend.aread(backend.load_lineage(thread_id))).nodes
+            assert not (await backend.arun(backend.load_lineage(thread_id), Mode.READ)).nodes
