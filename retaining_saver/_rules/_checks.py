@@ -42,6 +42,7 @@ it does not count).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -60,7 +61,7 @@ class DeletionKind(StrEnum):
     ROW = "row"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeletionFacts:
     """What a re-check reads, in the deleting transaction, about one deletion.
 
@@ -208,7 +209,16 @@ def kind_of(deletion: Deletion) -> DeletionKind:
 
 def failed_check(deletion: Deletion, facts: DeletionFacts, kind: DeletionKind) -> Check | None:
     """The first check of `kind` that `deletion` fails on `facts`; None if all hold."""
-    return next((c for c in PRECONDITIONS[kind] if not c.predicate(deletion, facts)), None)
+    return _first_failed(PRECONDITIONS[kind], deletion, facts)
+
+
+def _first_failed(
+    checks: tuple[Check, ...], deletion: Deletion, facts: DeletionFacts
+) -> Check | None:
+    for check in checks:  # a plain loop: a take runs this on every admission
+        if not check.predicate(deletion, facts):
+            return check
+    return None
 
 
 def check_deletion(deletion: Deletion, facts: DeletionFacts) -> bool:
@@ -246,10 +256,24 @@ def leaf_skip(
 ) -> Skip | None:
     """Why `node` cannot be a reclaimable leaf before its parent is known, else None: the
     take's checks that read the leaf alone (marked, not protected, no pending writes)."""
-    deletion = leaf_deletion(node, Reason.TRAILING_DURATION_LEAF, head=True)
+    deletion = _take_of(node.checkpoint_ns, node.checkpoint_id, node.parent_id)
     facts = DeletionFacts(node, None, False, policy=policy, protected=protected)
-    failed = next((c for c in _LEAF_ALONE if not c.predicate(deletion, facts)), None)
+    failed = _first_failed(_LEAF_ALONE, deletion, facts)
     return None if failed is None else failed.skip
+
+
+@functools.lru_cache(maxsize=256)
+def _take_of(checkpoint_ns: str, checkpoint_id: str, parent_id: str | None) -> Deletion:
+    """The take's `Deletion` of a leaf, kept: admission asks `leaf_skip` about every head
+    it reads, and the deletion is a value."""
+    return Deletion(
+        checkpoint_ns,
+        checkpoint_id,
+        parent_id,
+        Reason.TRAILING_DURATION_LEAF,
+        clone_of=parent_id,
+        must_be_head=True,
+    )
 
 
 def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | None:
@@ -257,7 +281,7 @@ def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | N
     checks on its parent (present, and cloned)."""
     deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
     facts = DeletionFacts(leaf, parent, False)
-    failed = next((c for c in _ON_PARENT if not c.predicate(deletion, facts)), None)
+    failed = _first_failed(_ON_PARENT, deletion, facts)
     return None if failed is None else failed.skip
 
 

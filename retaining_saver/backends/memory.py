@@ -137,6 +137,29 @@ class MemoryBackend(MemoryThreads, MemoryStats):
         found: CheckpointNode | None = yield statement
         return found
 
+    def leaf_facts(
+        self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
+    ) -> Op[LeafFacts]:
+        """`Backend.leaf_facts` in one statement, each fact one pass in C over the namespace:
+        the facts only (the take's `childless` and `newest-parent-next` read them); the
+        rules judge them (`LeafTake`)."""
+
+        def statement() -> LeafFacts:
+            rows = self._namespaces(thread_id).get(checkpoint_ns, {})
+            newest = max(rows, default=None)
+            runner_up = max(filter(leaf_id.__gt__, rows), default=None)
+
+            def node(checkpoint_id: str | None) -> CheckpointNode | None:
+                if checkpoint_id is None or checkpoint_id not in rows:
+                    return None
+                return self._node(thread_id, checkpoint_ns, checkpoint_id, rows[checkpoint_id])
+
+            has_children = _names_as_parent(rows, leaf_id)
+            return LeafFacts(node(leaf_id), node(parent_id), has_children, newest, runner_up)
+
+        facts: LeafFacts = yield statement
+        return facts
+
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's unpinned get_tuple builds for the parent, from its row;
         None on drift, so that the saver reads it."""
