@@ -19,19 +19,17 @@ from langgraph.checkpoint.base import (
     PendingWrite,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
+from langgraph.checkpoint.sqlite.utils import load_pending_writes
 
 from retaining_saver._rules import CheckpointNode, LeafFacts
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._head_reader import tuple_configs
 from retaining_saver.backends._sql import Row, Statement
 from retaining_saver.backends._sqlite_plan import SqlitePlans, metadata_of, node_of
-
-# The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
-SELECT_HEAD_ROW_SQL = (
-    "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
-    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-    "ORDER BY checkpoint_id DESC LIMIT 1"
+from retaining_saver.backends._sqlite_sql import (
+    SELECT_HEAD_ROW_SQL,
+    SELECT_PENDING_WRITES_NO_TASK_PATH_SQL,
+    SELECT_PENDING_WRITES_SQL,
 )
 
 
@@ -57,7 +55,13 @@ class SqliteAdmission(SqlitePlans):
     ) -> Op[list[tuple[Any, ...]]]:
         """A checkpoint's writes as the saver selects them, for `load_pending_writes`."""
         key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        # `pending_writes_sql(has_task_path)`, as the saver words it (`_upstream` audits both).
+        sql = (
+            SELECT_PENDING_WRITES_SQL
+            if self.saver._has_task_path
+            else SELECT_PENDING_WRITES_NO_TASK_PATH_SQL
+        )
+        rows = yield Statement(sql, key)
         return [tuple(r.values()) for r in rows]
 
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:

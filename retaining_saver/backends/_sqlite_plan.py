@@ -26,43 +26,13 @@ from retaining_saver._rules import BlobKey, CheckpointNode, values_hold
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._sqlite_sql_plan import (
+    DELETE_CHECKPOINT_GUARDED_SQL,
+    SELECT_PAYLOAD_SQL,
+    SET_PARENT_GUARDED_SQL,
+    UPDATE_PAYLOAD_SQL,
+)
 from retaining_saver.backends._upstream import delta_snapshot
-
-# A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
-# the parent it has, the new parent still there; no child left, no writes unless consumed.
-SET_PARENT_GUARDED_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = ?1
-WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
-    AND (?1 IS NULL OR EXISTS (
-        SELECT 1 FROM checkpoints AS p
-        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
-    ))
-RETURNING checkpoint_id
-"""
-
-DELETE_CHECKPOINT_GUARDED_SQL = """
-DELETE FROM checkpoints
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND parent_checkpoint_id IS ?4
-    AND NOT EXISTS (
-        SELECT 1 FROM checkpoints AS k
-        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
-    )
-    AND (?5 OR NOT EXISTS (
-        SELECT 1 FROM writes AS w
-        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
-    ))
-RETURNING checkpoint_id
-"""
-
-SELECT_PAYLOAD_SQL = """
-SELECT type, checkpoint FROM checkpoints
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-UPDATE_PAYLOAD_SQL = """
-UPDATE checkpoints SET type = ?, checkpoint = ?
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
 
 
 def metadata_of(row: Row) -> dict[str, Any]:
