@@ -26,9 +26,9 @@ import functools
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.types.json import Jsonb
@@ -37,7 +37,7 @@ from retaining_saver import _rules
 from retaining_saver._policy import RetentionPolicy
 from retaining_saver._rules import CheckpointNode, LeafFacts, MarkerShape, Skip
 from retaining_saver.backends._base import Op
-from retaining_saver.backends._head_reader import OneRoundBackend, tuple_configs
+from retaining_saver.backends._head_reader import OneRoundBackend
 from retaining_saver.backends._postgres_sql_admission import (
     ADMIT_AND_READ_SQL,
     ADMIT_EXPIRE_AND_READ_SQL,
@@ -46,6 +46,7 @@ from retaining_saver.backends._postgres_sql_admission import (
 )
 from retaining_saver.backends._postgres_sql_take import RECLAIM_LEAF_READ_SQL, RECLAIM_LEAF_SQL
 from retaining_saver.backends._sql import Row, Statement
+from retaining_saver.backends._upstream.tuples import postgres_tuple
 
 EXPIRE_EVERY = 16
 """One admission read in this many also expires old reclaim records (every other take
@@ -212,14 +213,10 @@ class PostgresAdmission(OneRoundBackend):
     def read_tuple(
         self, row: Any, writes: list[PendingWrite] | None = None
     ) -> CheckpointTuple | None:
-        """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row.
-
-        A row in the pre-v4 format needs the saver's pending-sends migration:
-        None, so that the caller reads it through the saver.
-        """
-        if row["checkpoint"].get("v", 0) < 4:
-            return None
-        return self._tuple_of(row, self.saver._load_blobs(row["channel_values"]), writes)
+        """The tuple the saver's `_load_checkpoint_tuple` builds from a `SELECT_SQL` row
+        (`postgres_tuple`); None for a pre-v4 row, so that the caller reads it through the
+        saver."""
+        return postgres_tuple(self.saver, row, writes)
 
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
         """The tuple the saver's read builds for the parent, from the parent's own row.
@@ -229,22 +226,3 @@ class PostgresAdmission(OneRoundBackend):
         """
         row = facts.parent_row
         return None if row is None or row["checkpoint"] is None else self.read_tuple(row)
-
-    def _tuple_of(
-        self, row: Row, blob_values: dict[str, Any], writes: list[PendingWrite] | None = None
-    ) -> CheckpointTuple:
-        """A checkpoint row with its blob-backed values, as `_load_checkpoint_tuple` builds it."""
-        stored: dict[str, Any] = row["checkpoint"]
-        ids = (row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        values = {**(stored.get("channel_values") or {}), **blob_values}
-        if writes is None:
-            pending = row["pending_writes"]
-            writes = self.saver._load_writes(pending) if pending else []
-        return CheckpointTuple(
-            config,
-            cast(Checkpoint, {**stored, "channel_values": values}),
-            row["metadata"],
-            parent_config,
-            writes,
-        )

@@ -3,34 +3,31 @@
 Over `AsyncSqliteSaver` the async admission read runs the saver's own read
 statements here (`head_row`): both in one hop to aiosqlite's thread, under
 the saver's lock and outside any transaction, where the saver takes six. The
-tuples are built as the saver builds them (`_tuple_of`), from the same
-statements and the same upstream helpers, so that a wrapped read answers what
-a bare one would; on drift (`fast` off) the saver reads for itself.
+tuples are built as the saver builds them, from the same
+statements and the same upstream helpers (`_upstream.tuples`), so that a
+wrapped read answers what a bare one would; on drift (`fast` off) the saver reads for itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from langgraph.checkpoint.base import (
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
 )
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.checkpoint.sqlite.utils import load_pending_writes
 
 from retaining_saver._rules import CheckpointNode, LeafFacts
 from retaining_saver.backends._base import Op
-from retaining_saver.backends._head_reader import tuple_configs
-from retaining_saver.backends._sql import Row, Statement
-from retaining_saver.backends._sqlite_plan import SqlitePlans, metadata_of, node_of
+from retaining_saver.backends._sql import Statement
+from retaining_saver.backends._sqlite_plan import SqlitePlans, node_of
 from retaining_saver.backends._sqlite_sql import (
     SELECT_HEAD_ROW_SQL,
     SELECT_PENDING_WRITES_NO_TASK_PATH_SQL,
     SELECT_PENDING_WRITES_SQL,
 )
+from retaining_saver.backends._upstream.tuples import sqlite_tuple, sqlite_writes
 
 
 class SqliteAdmission(SqlitePlans):
@@ -71,17 +68,7 @@ class SqliteAdmission(SqlitePlans):
             return None
         row, checkpoint, writes = facts.parent_row
         thread_id = str(leaf.config["configurable"]["thread_id"])
-        loaded = load_pending_writes(writes, self.saver.serde)
-        return self._tuple_of(thread_id, row, checkpoint, loaded)
-
-    def _tuple_of(
-        self, thread_id: str, row: Row, checkpoint: Checkpoint, writes: list[PendingWrite]
-    ) -> CheckpointTuple:
-        """A checkpoint row, decoded, with its writes, as the saver's `get_tuple` builds it."""
-        ids = (thread_id, row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        metadata = cast(CheckpointMetadata, metadata_of(row))
-        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
+        return sqlite_tuple(thread_id, row, checkpoint, sqlite_writes(self.saver, writes))
 
     @property
     def reads_head_itself(self) -> bool:
@@ -108,5 +95,5 @@ class SqliteAdmission(SqlitePlans):
     ) -> CheckpointTuple | None:
         """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
         if writes is None:
-            writes = load_pending_writes(row["writes"], self.saver.serde)
-        return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)
+            writes = sqlite_writes(self.saver, row["writes"])
+        return sqlite_tuple(row["thread_id"], row, self._checkpoint(row), writes)

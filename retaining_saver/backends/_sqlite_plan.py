@@ -13,7 +13,6 @@ serialized payload), which lineage loads and admission share.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,12 +32,7 @@ from retaining_saver.backends._sqlite_sql_plan import (
     UPDATE_PAYLOAD_SQL,
 )
 from retaining_saver.backends._upstream import delta_snapshot
-
-
-def metadata_of(row: Row) -> dict[str, Any]:
-    """A row's metadata, stored as UTF-8 JSON."""
-    loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
-    return loaded
+from retaining_saver.backends._upstream.tuples import sqlite_metadata
 
 
 def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNode:
@@ -50,7 +44,7 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
         channel_versions=checkpoint.get("channel_versions", {}),
         versions_seen=checkpoint.get("versions_seen", {}),
         write_count=write_count,
-        metadata=metadata_of(row),
+        metadata=sqlite_metadata(row),
         ts=checkpoint.get("ts", ""),
         # The values inside the payload are the ones stored; the others are rebuilt.
         stored=frozenset(checkpoint.get("channel_values", {})),
