@@ -16,12 +16,13 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     PendingWrite,
 )
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import CheckpointNode, LeafFacts
 from retaining_saver.backends._base import Op
-from retaining_saver.backends._sql import Statement
-from retaining_saver.backends._sqlite_plan import SqlitePlans, node_of
+from retaining_saver.backends._sql import SqlBackend, Statement
+from retaining_saver.backends._sqlite_plan import checkpoint_of, node_of
 from retaining_saver.backends._sqlite_sql import (
     SELECT_HEAD_ROW_SQL,
     SELECT_PENDING_WRITES_NO_TASK_PATH_SQL,
@@ -30,8 +31,10 @@ from retaining_saver.backends._sqlite_sql import (
 from retaining_saver.backends._upstream.tuples import sqlite_tuple, sqlite_writes
 
 
-class SqliteAdmission(SqlitePlans):
+class SqliteAdmission(SqlBackend):
     """`SqliteBackend`'s admission primitives."""
+
+    saver: SqliteSaver | AsyncSqliteSaver
 
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
@@ -40,7 +43,7 @@ class SqliteAdmission(SqlitePlans):
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
         rows = yield Statement(self.sql.select_nodes, params)
-        decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
+        decoded = {r["checkpoint_id"]: (r, checkpoint_of(self.saver, r)) for r in rows}
         nodes = {i: node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
         if parent_id is None or parent_id not in decoded or not self.fast:
             return nodes, None
@@ -96,4 +99,4 @@ class SqliteAdmission(SqlitePlans):
         """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
         if writes is None:
             writes = sqlite_writes(self.saver, row["writes"])
-        return sqlite_tuple(row["thread_id"], row, self._checkpoint(row), writes)
+        return sqlite_tuple(row["thread_id"], row, checkpoint_of(self.saver, row), writes)

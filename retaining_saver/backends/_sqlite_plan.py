@@ -7,8 +7,9 @@ removes a checkpoint that still has its parent, no child, and no writes unless
 the plan counts them consumed. A DeltaChannel value is stored as the saver
 stores a snapshot: inside the checkpoint's serialized payload.
 
-`SqlitePlans` also decodes rows into nodes (SQLite keeps versions inside the
-serialized payload), which lineage loads and admission share.
+The module also decodes rows into nodes (`checkpoint_of`, `node_of`: SQLite
+keeps versions inside the serialized payload), which lineage loads and
+admission share.
 """
 
 from __future__ import annotations
@@ -52,19 +53,16 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
     )
 
 
+def checkpoint_of(saver: SqliteSaver | AsyncSqliteSaver, row: Row) -> Checkpoint:
+    """A row's checkpoint payload, decoded with the saver's serde."""
+    checkpoint: Checkpoint = saver.serde.loads_typed((row["type"], row["checkpoint"]))
+    return checkpoint
+
+
 class SqlitePlans(SqlBackend):
-    """`SqliteBackend`'s row decoding and plan primitives."""
+    """`SqliteBackend`'s plan primitives."""
 
     saver: SqliteSaver | AsyncSqliteSaver
-
-    def _node(self, row: Row, write_count: int) -> CheckpointNode:
-        """The node, its versions and ts decoded from the checkpoint blob."""
-        return node_of(row, self._checkpoint(row), write_count)
-
-    def _checkpoint(self, row: Row) -> Checkpoint:
-        """A row's checkpoint payload, decoded with the saver's serde."""
-        checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
-        return checkpoint
 
     def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
         """One guarded statement each: in process, there is no round trip to save."""
@@ -96,7 +94,7 @@ class SqlitePlans(SqlBackend):
         rows = yield Statement(SELECT_PAYLOAD_SQL, key)
         if not rows:
             return False
-        checkpoint = self._checkpoint(rows[0])
+        checkpoint = checkpoint_of(self.saver, rows[0])
         if not values_hold(checkpoint.get("channel_versions", {}), values):
             return False
         stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}

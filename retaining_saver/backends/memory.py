@@ -56,7 +56,7 @@ def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
     return checkpoint_id in map(itemgetter(2), rows.values())
 
 
-class MemoryBackend(MemoryThreads, MemoryStats):
+class MemoryBackend(MemoryStats, MemoryThreads):
     """Backend over an `InMemorySaver`'s three dicts."""
 
     kind = "memory"

@@ -49,11 +49,13 @@ import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
+from retaining_saver.backends._sqlite_plan import SqlitePlans, checkpoint_of, node_of
 from retaining_saver.backends._sqlite_sql import (
     BEGIN_SQL,
     COMMIT_SQL,
@@ -240,7 +242,7 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
+class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -309,6 +311,10 @@ class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
         return result
 
     # Dialect hooks
+
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node, its versions and ts decoded from the checkpoint blob."""
+        return node_of(row, checkpoint_of(self.saver, row), write_count)
 
     def _ids_param(self, ids: Sequence[str]) -> str:
         """`ids` as one JSON array text, which `SELECT_NODES_SQL` reads with `json_each`."""

@@ -1,6 +1,6 @@
 """A fast path built on upstream internals turns itself off when they drift.
 
-`backends/_upstream.py` lists what was audited. A saver whose statements or
+`backends/_upstream/` lists what was audited. A saver whose statements or
 attributes differ gets one warning, no fast path, and the same answers through
 its own calls: admission still reclaims, and the run reads what the bare saver
 reads.

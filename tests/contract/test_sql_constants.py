@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.checkpoint.sqlite.utils import pending_writes_sql
-from savers import open_sync
+from savers import open_async, open_sync
 
 import retaining_saver.backends.postgres as pg_backend
 import retaining_saver.backends.sqlite as sqlite_backend
 from retaining_saver import RetainingSaver
 from retaining_saver.backends import _postgres_sql_admission, _sqlite_sql
 from retaining_saver.backends._postgres_sql_take import RECLAIM_LEAF_READ_SQL
-from retaining_saver.testing import write_duration_leaf
+from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, run_read, thread_config
 
 BACKENDS = Path(pg_backend.__file__).parent
@@ -168,6 +168,38 @@ def test_every_statement_run_is_a_constant_of_its_store(
         _workload(RetainingSaver(inner), kind)
     known = {id(text) for text in _module_constants(kind)}
     assert len(set(ran)) > 10
+    strays = {text for text in ran if id(text) not in known}
+    assert not strays, f"statements run that are no named constant: {strays}"
+
+
+async def _aworkload(saver: RetainingSaver) -> None:
+    """The async admission read (one round trip on Postgres) and async maintenance."""
+    graph = build_chat_graph(saver)
+    for turn in range(3):
+        await graph.ainvoke(chat_turn(turn), thread_config("a"))
+    await awrite_duration_leaf(saver, "a")
+    await saver.aget_tuple(run_read("a"))
+    await saver.aprune(["a"])
+
+
+@pytest.mark.parametrize("kind", sorted(SQL_MODULES))
+async def test_every_statement_run_async_is_a_constant_of_its_store(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module: Any = sqlite_backend if kind == "sqlite" else pg_backend
+    name = "_execute" if kind == "sqlite" else "_aexecute"
+    ran: list[str] = []
+    execute = getattr(module, name)
+
+    def recording(target: Any, statement: Any) -> Any:
+        ran.append(statement.sql)
+        return execute(target, statement)
+
+    monkeypatch.setattr(module, name, recording)
+    async with open_async(kind, request) as inner:
+        await _aworkload(RetainingSaver(inner))
+    known = {id(text) for text in _module_constants(kind)}
+    assert len(set(ran)) > 5
     strays = {text for text in ran if id(text) not in known}
     assert not strays, f"statements run that are no named constant: {strays}"
 
