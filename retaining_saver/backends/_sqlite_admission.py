@@ -25,6 +25,7 @@ from retaining_saver.backends._sql import SqlBackend, Statement
 from retaining_saver.backends._sqlite_plan import checkpoint_of, node_of
 from retaining_saver.backends._sqlite_sql import (
     SELECT_HEAD_ROW_SQL,
+    SELECT_NODES_SQL,
     SELECT_PENDING_WRITES_NO_TASK_PATH_SQL,
     SELECT_PENDING_WRITES_SQL,
 )
@@ -42,7 +43,7 @@ class SqliteAdmission(SqlBackend):
         """Each row decoded once: the parent's, with its writes, is `parent_tuple`'s."""
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
-        rows = yield Statement(self.sql.select_nodes, params)
+        rows = yield Statement(SELECT_NODES_SQL, params)
         decoded = {r["checkpoint_id"]: (r, checkpoint_of(self.saver, r)) for r in rows}
         nodes = {i: node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
         if parent_id is None or parent_id not in decoded or not self.fast:

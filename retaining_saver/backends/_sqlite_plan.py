@@ -26,6 +26,7 @@ from retaining_saver._rules import BlobKey, CheckpointNode, values_hold
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._sqlite_sql import DELETE_WRITES_SQL
 from retaining_saver.backends._sqlite_sql_plan import (
     DELETE_CHECKPOINT_GUARDED_SQL,
     SELECT_PAYLOAD_SQL,
@@ -78,7 +79,7 @@ class SqlitePlans(SqlBackend):
         for ns, checkpoint_id, parent, consumed in rows:
             key = (str(thread_id), ns, checkpoint_id)
             if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
-                yield Statement(self.sql.delete_writes, key)
+                yield Statement(DELETE_WRITES_SQL, key)
                 deleted += 1
         return deleted
 
