@@ -48,7 +48,7 @@ import _common
 import psycopg
 
 from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper
-from retaining_saver.backends._postgres_sweep import SCAN_AFTER_SQL
+from retaining_saver.backends._postgres_sql_sweep import SCAN_AFTER_SQL
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")

@@ -2,8 +2,8 @@
 
 `HeadReader` runs the saver's own statements for the unpinned read and builds
 the tuple as the saver does; `OneRoundBackend` also takes a trailing leaf in
-the statement that reads the head. `tuple_configs` gives the configs the stock
-savers give a tuple.
+the statement that reads the head. The tuples are built by
+`_upstream.tuples`, beside the audit of the internals they use.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from retaining_saver._rules import MarkerShape
@@ -78,20 +77,3 @@ class OneRoundBackend(HeadReader):
     @abstractmethod
     def taken_by(self, thread_id: str, checkpoint_ns: str, token: str) -> Op[str | None]:
         """The id an `admit_and_read` with `token` took, if its statement committed; a read."""
-
-
-def tuple_configs(
-    thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent_id: str | None
-) -> tuple[RunnableConfig, RunnableConfig | None]:
-    """The `config` and `parent_config` the stock savers give a checkpoint tuple."""
-
-    def config(target: str) -> RunnableConfig:
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": target,
-            }
-        }
-
-    return config(checkpoint_id), config(parent_id) if parent_id else None

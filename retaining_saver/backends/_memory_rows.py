@@ -16,7 +16,7 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import NodeKey
-from retaining_saver.backends._base import Op
+from retaining_saver.backends._base import Backend, Op
 
 # The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
 _JOURNAL = threading.local()
@@ -61,7 +61,7 @@ def journalled(run: Callable[[], Any]) -> Any:
         _JOURNAL.undo = outer
 
 
-class MemoryThreads:
+class MemoryThreads(Backend):
     """`Backend.run_threads`, `forget_reclaimed_clones`, `thread_exists` and `copy_rows`
     over an `InMemorySaver`."""
 

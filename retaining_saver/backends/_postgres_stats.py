@@ -11,74 +11,15 @@ from collections.abc import Sequence
 
 from retaining_saver._rules import BlobKey, NodeKey
 from retaining_saver.backends._base import Op
+from retaining_saver.backends._postgres_sql_plan import (
+    SELECT_GONE_STATS_SQL,
+    SELECT_RELATION_SIZES_SQL,
+    SELECT_STORE_CHANNEL_STATS_SQL,
+    SELECT_THREAD_CHANNEL_STATS_SQL,
+    SELECT_TOP_THREADS_SQL,
+)
 from retaining_saver.backends._sql import SqlBackend, Statement
 from retaining_saver.backends._stats import ChannelStats, SpaceStats, TableStats, ThreadStats
-
-SELECT_GONE_STATS_SQL = """
-SELECT 'checkpoints' AS table_name, count(*) AS row_count,
-    coalesce(sum(pg_column_size(c.checkpoint) + pg_column_size(c.metadata)), 0)::bigint
-        AS byte_count
-FROM checkpoints AS c
-JOIN unnest(%(ns)s::text[], %(ids)s::text[]) AS k(ns, id)
-    ON c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
-WHERE c.thread_id = %(thread_id)s
-UNION ALL
-SELECT 'checkpoint_blobs', count(*), coalesce(sum(pg_column_size(b.blob)), 0)::bigint
-FROM checkpoint_blobs AS b
-JOIN unnest(%(blob_ns)s::text[], %(channels)s::text[], %(versions)s::text[])
-    AS k(ns, channel, version)
-    ON b.checkpoint_ns = k.ns AND b.channel = k.channel AND b.version = k.version
-WHERE b.thread_id = %(thread_id)s
-UNION ALL
-SELECT 'checkpoint_writes', count(*), coalesce(sum(pg_column_size(w.blob)), 0)::bigint
-FROM checkpoint_writes AS w
-JOIN unnest(%(ns)s::text[], %(ids)s::text[]) AS k(ns, id)
-    ON w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id
-WHERE w.thread_id = %(thread_id)s
-"""
-
-_CHANNEL_STATS_SQL = """
-SELECT channel, sum(value_count)::bigint AS value_count, sum(value_bytes)::bigint AS value_bytes,
-    sum(write_count)::bigint AS write_count, sum(write_bytes)::bigint AS write_bytes
-FROM (
-    SELECT channel, count(*) AS value_count, sum(pg_column_size(blob)) AS value_bytes,
-        0 AS write_count, 0 AS write_bytes
-    FROM checkpoint_blobs {where} GROUP BY channel
-    UNION ALL
-    SELECT v.key, count(*), sum(pg_column_size(v.value)), 0, 0
-    FROM checkpoints, jsonb_each(checkpoint -> 'channel_values') AS v {where} GROUP BY v.key
-    UNION ALL
-    SELECT channel, 0, 0, count(*), sum(pg_column_size(blob))
-    FROM checkpoint_writes {where} GROUP BY channel
-) AS per_table
-GROUP BY channel ORDER BY channel
-"""
-
-SELECT_THREAD_CHANNEL_STATS_SQL = _CHANNEL_STATS_SQL.format(where="WHERE thread_id = %s")
-
-SELECT_STORE_CHANNEL_STATS_SQL = _CHANNEL_STATS_SQL.format(where="")
-
-SELECT_TOP_THREADS_SQL = """
-SELECT thread_id, sum(row_count)::bigint AS row_count, sum(byte_count)::bigint AS byte_count
-FROM (
-    SELECT thread_id, count(*) AS row_count,
-        sum(pg_column_size(checkpoint) + pg_column_size(metadata)) AS byte_count
-    FROM checkpoints GROUP BY thread_id
-    UNION ALL
-    SELECT thread_id, count(*), sum(pg_column_size(blob)) FROM checkpoint_blobs GROUP BY thread_id
-    UNION ALL
-    SELECT thread_id, count(*), sum(pg_column_size(blob)) FROM checkpoint_writes GROUP BY thread_id
-) AS per_table
-GROUP BY thread_id ORDER BY byte_count DESC, thread_id LIMIT %s
-"""
-
-# The saver's tables and ours, those that exist, by the name the search path finds.
-SELECT_RELATION_SIZES_SQL = """
-SELECT name AS relation, pg_total_relation_size(to_regclass(name)) AS byte_count
-FROM unnest(%s::text[]) AS t(name)
-WHERE to_regclass(name) IS NOT NULL
-ORDER BY name
-"""
 
 RELATIONS = (
     "checkpoints",

@@ -3,8 +3,9 @@
 SQLite and Postgres key a thread's checkpoints and writes alike, so each
 primitive runs the same statements, in the same order, on either. What
 differs is the SQL text (parameter style, table names, functions): each
-backend module keeps its texts in named constants at its top, which one
-`SqlTexts` gathers by name. Where the dialects differ beyond the text, a hook
+store's texts are named constants in its SQL module (`_postgres_sql`,
+`_sqlite_sql`), and the backend module assigns each field of its `SqlTexts`
+from one of them, by name. Where the dialects differ beyond the text, a hook
 says how: a node from its row (`_node`; SQLite decodes the checkpoint blob,
 Postgres reads JSONB columns), a list of ids as bound (`_ids_param`), and the
 clock reclaim records are aged by (`_reclaim_times`). The drivers stay in each
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retaining_saver._rules import CheckpointNode, Lineage
@@ -43,9 +44,9 @@ class Statement:
 class SqlTexts:
     """The statements behind `SqlBackend`'s primitives, in one backend's dialect.
 
-    Each field is the text of the constant its backend module names after it
-    (`select_lineage`: `SELECT_LINEAGE_SQL`), so that the two modules do not
-    each spell out the same list. Every text binds its values as parameters;
+    Each field is assigned, in the backend module, from the constant named after
+    it in the store's SQL module (`select_lineage`: `SELECT_LINEAGE_SQL`), so that
+    `grep select_lineage` leads to the text. Every text binds its values as parameters;
     `select_thread_stats` and `select_integrity` bind the thread once per table.
     """
 
@@ -67,15 +68,6 @@ class SqlTexts:
     select_thread_ids_after: str
     select_integrity: str
     select_children: str
-
-    @classmethod
-    def named(cls, constants: Mapping[str, Any]) -> SqlTexts:
-        """The texts of `constants` (a backend module's `globals()`) that the fields name.
-
-        Raises:
-            KeyError: If the module lacks one, when it is imported.
-        """
-        return cls(**{f.name: constants[f"{f.name.upper()}_SQL"] for f in fields(cls)})
 
 
 class SqlBackend(HeadReader):

@@ -2,16 +2,16 @@
 run's threads and forgets the reclaim records of what it deleted; `copy_thread` copies
 a thread's rows under another id.
 
-Each dialect keeps its statements in a module of its own (`_sqlite_threads`,
-`_postgres_threads`), gathered by name into `ThreadTexts`, as `SqlTexts` does for
-the primitives.
+Each store's statements are named constants in its SQL module (`_sqlite_sql`,
+`_postgres_sql`); its backend module assigns each field of its `ThreadTexts` from one,
+as it does its `SqlTexts` for the primitives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from retaining_saver._rules import NodeKey
 from retaining_saver.backends._base import Op
@@ -32,14 +32,6 @@ class ThreadTexts:
     copy_blobs: str | None
     copy_reclaimed: str
     delete_reclaimed_clones: str
-
-    @classmethod
-    def named(cls, constants: Mapping[str, Any]) -> ThreadTexts:
-        """The texts of `constants` whose names the fields give (`COPY_WRITES_SQL`)."""
-        texts: dict[str, Any] = {
-            f.name: constants.get(f"{f.name.upper()}_SQL") for f in fields(cls)
-        }
-        return cls(**texts)
 
 
 class SqlThreads(SqlBackend):

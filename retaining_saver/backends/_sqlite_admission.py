@@ -3,41 +3,40 @@
 Over `AsyncSqliteSaver` the async admission read runs the saver's own read
 statements here (`head_row`): both in one hop to aiosqlite's thread, under
 the saver's lock and outside any transaction, where the saver takes six. The
-tuples are built as the saver builds them (`_tuple_of`), from the same
-statements and the same upstream helpers, so that a wrapped read answers what
-a bare one would; on drift (`fast` off) the saver reads for itself.
+tuples are built as the saver builds them, from the same
+statements and the same upstream helpers (`_upstream.tuples`), so that a
+wrapped read answers what a bare one would; on drift (`fast` off) the saver reads for itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
 )
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.checkpoint.sqlite.utils import load_pending_writes, pending_writes_sql
 
 from retaining_saver._rules import CheckpointNode, LeafFacts
 from retaining_saver.backends._base import Capabilities, Op
-from retaining_saver.backends._head_reader import tuple_configs
-from retaining_saver.backends._sql import Row, Statement
-from retaining_saver.backends._sqlite_plan import SqlitePlans, metadata_of, node_of
-
-# The saver's own unpinned read, to the letter, so that sqlite3's statement cache serves both.
-SELECT_HEAD_ROW_SQL = (
-    "SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
-    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-    "ORDER BY checkpoint_id DESC LIMIT 1"
+from retaining_saver.backends._sql import SqlBackend, Statement
+from retaining_saver.backends._sqlite_plan import checkpoint_of, node_of
+from retaining_saver.backends._sqlite_sql import (
+    SELECT_HEAD_ROW_SQL,
+    SELECT_NODES_SQL,
+    SELECT_PENDING_WRITES_NO_TASK_PATH_SQL,
+    SELECT_PENDING_WRITES_SQL,
 )
+from retaining_saver.backends._upstream.tuples import sqlite_tuple, sqlite_writes
 
 
-class SqliteAdmission(SqlitePlans):
+class SqliteAdmission(SqlBackend):
     """`SqliteBackend`'s admission primitives."""
+
+    saver: SqliteSaver | AsyncSqliteSaver
 
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
@@ -45,8 +44,8 @@ class SqliteAdmission(SqlitePlans):
         """Each row decoded once: the parent's, with its writes, is `parent_tuple`'s."""
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
-        rows = yield Statement(self.sql.select_nodes, params)
-        decoded = {r["checkpoint_id"]: (r, self._checkpoint(r)) for r in rows}
+        rows = yield Statement(SELECT_NODES_SQL, params)
+        decoded = {r["checkpoint_id"]: (r, checkpoint_of(self.saver, r)) for r in rows}
         nodes = {i: node_of(r, c, r["write_count"]) for i, (r, c) in decoded.items()}
         if parent_id is None or parent_id not in decoded or not self.matches_audit:
             return nodes, None
@@ -58,7 +57,13 @@ class SqliteAdmission(SqlitePlans):
     ) -> Op[list[tuple[Any, ...]]]:
         """A checkpoint's writes as the saver selects them, for `load_pending_writes`."""
         key = (str(thread_id), checkpoint_ns, checkpoint_id)
-        rows = yield Statement(pending_writes_sql(self.saver._has_task_path), key)
+        # `pending_writes_sql(has_task_path)`, as the saver words it (`_upstream` audits both).
+        sql = (
+            SELECT_PENDING_WRITES_SQL
+            if self.saver._has_task_path
+            else SELECT_PENDING_WRITES_NO_TASK_PATH_SQL
+        )
+        rows = yield Statement(sql, key)
         return [tuple(r.values()) for r in rows]
 
     def parent_tuple(self, leaf: CheckpointTuple, facts: LeafFacts) -> CheckpointTuple | None:
@@ -68,17 +73,7 @@ class SqliteAdmission(SqlitePlans):
             return None
         row, checkpoint, writes = facts.parent_row
         thread_id = str(leaf.config["configurable"]["thread_id"])
-        loaded = load_pending_writes(writes, self.saver.serde)
-        return self._tuple_of(thread_id, row, checkpoint, loaded)
-
-    def _tuple_of(
-        self, thread_id: str, row: Row, checkpoint: Checkpoint, writes: list[PendingWrite]
-    ) -> CheckpointTuple:
-        """A checkpoint row, decoded, with its writes, as the saver's `get_tuple` builds it."""
-        ids = (thread_id, row["checkpoint_ns"], row["checkpoint_id"])
-        config, parent_config = tuple_configs(*ids, row["parent_checkpoint_id"])
-        metadata = cast(CheckpointMetadata, metadata_of(row))
-        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
+        return sqlite_tuple(thread_id, row, checkpoint, sqlite_writes(self.saver, writes))
 
     def declare(self, saver: BaseCheckpointSaver[Any]) -> Capabilities:
         """It reads the head itself over an `AsyncSqliteSaver` (the sync saver's read has
@@ -104,5 +99,5 @@ class SqliteAdmission(SqlitePlans):
     ) -> CheckpointTuple | None:
         """The tuple the saver's `aget_tuple` builds from what `head_row` read."""
         if writes is None:
-            writes = load_pending_writes(row["writes"], self.saver.serde)
-        return self._tuple_of(row["thread_id"], row, self._checkpoint(row), writes)
+            writes = sqlite_writes(self.saver, row["writes"])
+        return sqlite_tuple(row["thread_id"], row, checkpoint_of(self.saver, row), writes)

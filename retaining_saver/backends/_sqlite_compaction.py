@@ -2,7 +2,7 @@
 
 Deleting rows never shrinks a SQLite file: the pages go to its freelist. This
 module measures the freelist and, past a ratio, checkpoints the WAL and runs
-`VACUUM`. It holds the statements and the operation; `SqliteBackend` runs
+`VACUUM`. It holds the operation (its statements are in `_sqlite_sql_plan`); `SqliteBackend` runs
 them on the saver's connection, under its lock.
 """
 
@@ -13,17 +13,11 @@ from dataclasses import dataclass
 
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, Statement
-
-SELECT_PAGES_SQL = """
-SELECT p.page_count, f.freelist_count, s.page_size, d.file
-FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s,
-    pragma_database_list() AS d
-WHERE d.name = 'main'
-"""
-
-WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(TRUNCATE)"
-
-VACUUM_SQL = "VACUUM"
+from retaining_saver.backends._sqlite_sql_plan import (
+    SELECT_PAGES_SQL,
+    VACUUM_SQL,
+    WAL_CHECKPOINT_SQL,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,13 @@ removes a checkpoint that still has its parent, no child, and no writes unless
 the plan counts them consumed. A DeltaChannel value is stored as the saver
 stores a snapshot: inside the checkpoint's serialized payload.
 
-`SqlitePlans` also decodes rows into nodes (SQLite keeps versions inside the
-serialized payload), which lineage loads and admission share.
+The module also decodes rows into nodes (`checkpoint_of`, `node_of`: SQLite
+keeps versions inside the serialized payload), which lineage loads and
+admission share.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,50 +25,15 @@ from retaining_saver._rules import BlobKey, CheckpointNode
 from retaining_saver.backends._apply import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._sqlite_sql import DELETE_WRITES_SQL
+from retaining_saver.backends._sqlite_sql_plan import (
+    DELETE_CHECKPOINT_GUARDED_SQL,
+    SELECT_PAYLOAD_SQL,
+    SET_PARENT_GUARDED_SQL,
+    UPDATE_PAYLOAD_SQL,
+)
 from retaining_saver.backends._upstream import delta_snapshot
-
-# A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
-# the parent it has, the new parent still there; no child left, no writes unless consumed.
-SET_PARENT_GUARDED_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = ?1
-WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
-    AND (?1 IS NULL OR EXISTS (
-        SELECT 1 FROM checkpoints AS p
-        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
-    ))
-RETURNING checkpoint_id
-"""
-
-DELETE_CHECKPOINT_GUARDED_SQL = """
-DELETE FROM checkpoints
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
-    AND parent_checkpoint_id IS ?4 -- check: parent-as-proven
-    AND NOT EXISTS ( -- check: childless
-        SELECT 1 FROM checkpoints AS k
-        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
-    )
-    AND (?5 OR NOT EXISTS ( -- check: no-pending-writes
-        SELECT 1 FROM writes AS w
-        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
-    ))
-RETURNING checkpoint_id
-"""
-
-SELECT_PAYLOAD_SQL = """
-SELECT type, checkpoint FROM checkpoints
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-UPDATE_PAYLOAD_SQL = """
-UPDATE checkpoints SET type = ?, checkpoint = ?
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-
-def metadata_of(row: Row) -> dict[str, Any]:
-    """A row's metadata, stored as UTF-8 JSON."""
-    loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
-    return loaded
+from retaining_saver.backends._upstream.tuples import sqlite_metadata
 
 
 def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNode:
@@ -80,7 +45,7 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
         channel_versions=checkpoint.get("channel_versions", {}),
         versions_seen=checkpoint.get("versions_seen", {}),
         write_count=write_count,
-        metadata=metadata_of(row),
+        metadata=sqlite_metadata(row),
         ts=checkpoint.get("ts", ""),
         # The values inside the payload are the ones stored; the others are rebuilt.
         stored=frozenset(checkpoint.get("channel_values", {})),
@@ -88,19 +53,16 @@ def node_of(row: Row, checkpoint: Checkpoint, write_count: int) -> CheckpointNod
     )
 
 
+def checkpoint_of(saver: SqliteSaver | AsyncSqliteSaver, row: Row) -> Checkpoint:
+    """A row's checkpoint payload, decoded with the saver's serde."""
+    checkpoint: Checkpoint = saver.serde.loads_typed((row["type"], row["checkpoint"]))
+    return checkpoint
+
+
 class SqlitePlans(SqlBackend):
-    """`SqliteBackend`'s row decoding and plan primitives."""
+    """`SqliteBackend`'s plan primitives."""
 
     saver: SqliteSaver | AsyncSqliteSaver
-
-    def _node(self, row: Row, write_count: int) -> CheckpointNode:
-        """The node, its versions and ts decoded from the checkpoint blob."""
-        return node_of(row, self._checkpoint(row), write_count)
-
-    def _checkpoint(self, row: Row) -> Checkpoint:
-        """A row's checkpoint payload, decoded with the saver's serde."""
-        checkpoint: Checkpoint = self.saver.serde.loads_typed((row["type"], row["checkpoint"]))
-        return checkpoint
 
     def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]:
         """One guarded statement each: in process, there is no round trip to save."""
@@ -116,7 +78,7 @@ class SqlitePlans(SqlBackend):
         for ns, checkpoint_id, parent, consumed in rows:
             key = (str(thread_id), ns, checkpoint_id)
             if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
-                yield Statement(self.sql.delete_writes, key)
+                yield Statement(DELETE_WRITES_SQL, key)
                 deleted += 1
         return deleted
 
@@ -132,7 +94,7 @@ class SqlitePlans(SqlBackend):
         rows = yield Statement(SELECT_PAYLOAD_SQL, key)
         if not rows:
             return False
-        checkpoint = self._checkpoint(rows[0])
+        checkpoint = checkpoint_of(self.saver, rows[0])
         versions = checkpoint.get("channel_versions", {})
         # check: versions-as-planned
         if any(str(versions.get(c)) != version for c, (version, _) in values.items()):

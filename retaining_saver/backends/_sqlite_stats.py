@@ -15,59 +15,15 @@ from retaining_saver._rules import BlobKey, NodeKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
 from retaining_saver.backends._sqlite_compaction import measure
+from retaining_saver.backends._sqlite_sql_plan import (
+    SELECT_GONE_STATS_SQL,
+    SELECT_STORE_CHANNEL_WRITES_SQL,
+    SELECT_STORE_PAYLOAD_PAGE_SQL,
+    SELECT_THREAD_CHANNEL_WRITES_SQL,
+    SELECT_THREAD_PAYLOAD_PAGE_SQL,
+    SELECT_TOP_THREADS_SQL,
+)
 from retaining_saver.backends._stats import ChannelStats, SpaceStats, TableStats, ThreadStats
-
-# The named checkpoints, bound as one JSON array of [ns, id] pairs (?2).
-SELECT_GONE_STATS_SQL = """
-WITH named AS (
-    SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
-    FROM json_each(?2)
-)
-SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
-    COALESCE(SUM(COALESCE(LENGTH(c.checkpoint), 0) + COALESCE(LENGTH(c.metadata), 0)), 0)
-        AS byte_count
-FROM checkpoints AS c JOIN named ON c.checkpoint_ns = named.ns AND c.checkpoint_id = named.id
-WHERE c.thread_id = ?1
-UNION ALL
-SELECT 'writes', COUNT(*), COALESCE(SUM(LENGTH(w.value)), 0)
-FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = named.id
-WHERE w.thread_id = ?1
-"""
-
-_CHANNEL_WRITES_SQL = """
-SELECT channel, COUNT(*) AS row_count, COALESCE(SUM(LENGTH(value)), 0) AS byte_count
-FROM writes {where} GROUP BY channel
-"""
-
-SELECT_THREAD_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="WHERE thread_id = ?")
-
-SELECT_STORE_CHANNEL_WRITES_SQL = _CHANNEL_WRITES_SQL.format(where="")
-
-# Keyset pages of payloads: past the last row of the previous page, in primary key order.
-SELECT_THREAD_PAYLOAD_PAGE_SQL = """
-SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
-WHERE thread_id = ?1 AND (checkpoint_ns, checkpoint_id) > (?2, ?3)
-ORDER BY checkpoint_ns, checkpoint_id
-LIMIT ?4
-"""
-
-SELECT_STORE_PAYLOAD_PAGE_SQL = """
-SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
-WHERE (thread_id, checkpoint_ns, checkpoint_id) > (?1, ?2, ?3)
-ORDER BY thread_id, checkpoint_ns, checkpoint_id
-LIMIT ?4
-"""
-
-SELECT_TOP_THREADS_SQL = """
-SELECT thread_id, SUM(row_count) AS row_count, SUM(byte_count) AS byte_count FROM (
-    SELECT thread_id, COUNT(*) AS row_count,
-        SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)) AS byte_count
-    FROM checkpoints GROUP BY thread_id
-    UNION ALL
-    SELECT thread_id, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes GROUP BY thread_id
-)
-GROUP BY thread_id ORDER BY byte_count DESC, thread_id LIMIT ?
-"""
 
 PAYLOAD_PAGE = 200
 """Checkpoints decoded per statement: memory stays bounded by a page of payloads."""

@@ -13,34 +13,16 @@ from __future__ import annotations
 
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Statement
-from retaining_saver.backends._sweep import SqlSweep, SweepTexts, scan_sql
-
-CREATE_ROOT_INDEX_SQL = """
-CREATE INDEX IF NOT EXISTS retaining_saver_checkpoints_root_idx
-ON checkpoints (thread_id, checkpoint_id) WHERE checkpoint_ns = ''
-"""
-
-SCAN_FIRST_SQL = scan_sql(limit=":limit", after=None)
-
-SCAN_AFTER_SQL = scan_sql(limit=":limit", after=":after")
-
-DELETE_THREAD_WRITES_SQL = """
-DELETE FROM writes WHERE thread_id = :thread_id
-"""
-
-# The backend creates the reclaim records' table before its first write.
-DELETE_THREAD_RECORDS_SQL = """
-DELETE FROM retaining_saver_reclaimed WHERE thread_id = :thread_id
-"""
-
-DELETE_THREAD_CHECKPOINTS_SQL = """
-DELETE FROM checkpoints WHERE thread_id = :thread_id RETURNING checkpoint_id
-"""
-
-SELECT_THREAD_LEFT_SQL = """
-SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = :thread_id)
-    OR EXISTS (SELECT 1 FROM writes WHERE thread_id = :thread_id) AS found
-"""
+from retaining_saver.backends._sqlite_sql_plan import (
+    CREATE_ROOT_INDEX_SQL,
+    DELETE_THREAD_CHECKPOINTS_SQL,
+    DELETE_THREAD_RECORDS_SQL,
+    DELETE_THREAD_WRITES_SQL,
+    SCAN_AFTER_SQL,
+    SCAN_FIRST_SQL,
+    SELECT_THREAD_LEFT_SQL,
+)
+from retaining_saver.backends._sweep import SqlSweep, SweepTexts
 
 TEXTS = SweepTexts(
     scan_first=SCAN_FIRST_SQL,

@@ -1,8 +1,8 @@
 """What the idle-thread sweep needs of a store beyond `Backend`, and the transaction it
 runs per thread.
 
-Each store module (`_postgres_sweep`, `_sqlite_sweep`, `_memory_sweep`) keeps
-its statements at its top and implements `SweepStore`: the scan that finds
+Each store module (`_postgres_sweep`, `_sqlite_sweep`, `_memory_sweep`) implements
+`SweepStore`, the SQL ones over statements named in their store's SQL module: the scan that finds
 threads by key with their newest and oldest root checkpoint ids (index-backed
 on the SQL stores, one page at a time), the lock that keeps two sweepers off
 one thread (Postgres: a transaction-scoped advisory lock, taken with try),
@@ -23,51 +23,6 @@ from typing import Any, ClassVar
 from retaining_saver._rules._idle import HeadFacts, ThreadHead
 from retaining_saver.backends._base import Backend, Op, T
 from retaining_saver.backends._sql import Statement
-
-# The idle-thread scan, in either dialect: `{limit}` and `{after}` are the store's
-# placeholders. A recursive walk by key: each step probes the root index for the
-# next thread id, then for that thread's newest and oldest root checkpoint ids.
-_SCAN_SQL = """
-WITH RECURSIVE threads (thread_id, n) AS (
-    SELECT ({first}), 1
-    UNION ALL
-    SELECT (
-        SELECT c.thread_id FROM checkpoints AS c
-        WHERE c.checkpoint_ns = '' AND c.thread_id > t.thread_id
-        ORDER BY c.thread_id LIMIT 1
-    ), t.n + 1
-    FROM threads AS t
-    WHERE t.thread_id IS NOT NULL AND t.n < {limit}
-)
-SELECT t.thread_id,
-    (
-        SELECT c.checkpoint_id FROM checkpoints AS c
-        WHERE c.checkpoint_ns = '' AND c.thread_id = t.thread_id
-        ORDER BY c.checkpoint_id DESC LIMIT 1
-    ) AS newest_id,
-    (
-        SELECT c.checkpoint_id FROM checkpoints AS c
-        WHERE c.checkpoint_ns = '' AND c.thread_id = t.thread_id
-        ORDER BY c.checkpoint_id LIMIT 1
-    ) AS oldest_id
-FROM threads AS t
-WHERE t.thread_id IS NOT NULL
-ORDER BY t.thread_id
-"""
-
-_FIRST_THREAD = """SELECT c.thread_id FROM checkpoints AS c WHERE c.checkpoint_ns = ''
-        ORDER BY c.thread_id LIMIT 1"""
-
-_NEXT_THREAD = """SELECT c.thread_id FROM checkpoints AS c
-        WHERE c.checkpoint_ns = '' AND c.thread_id > {after}
-        ORDER BY c.thread_id LIMIT 1"""
-
-
-def scan_sql(*, limit: str, after: str | None) -> str:
-    """The scan's text with a store's placeholders: from the first thread (`after`
-    None), or from the first after the key bound at `after`."""
-    first = _FIRST_THREAD if after is None else _NEXT_THREAD.format(after=after)
-    return _SCAN_SQL.format(first=first, limit=limit)
 
 
 class ThreadChanged(Exception):

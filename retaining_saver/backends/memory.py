@@ -15,7 +15,7 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
@@ -27,10 +27,10 @@ from retaining_saver.backends._base import (
     T,
     drive_statements,
 )
-from retaining_saver.backends._head_reader import tuple_configs
 from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
 from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot
+from retaining_saver.backends._upstream.tuples import memory_tuple
 
 Statement = Callable[[], Any]
 
@@ -56,7 +56,7 @@ def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
     return checkpoint_id in map(itemgetter(2), rows.values())
 
 
-class MemoryBackend(MemoryThreads, MemoryStats):
+class MemoryBackend(MemoryStats, MemoryThreads):
     """Backend over an `InMemorySaver`'s three dicts."""
 
     kind = "memory"
@@ -171,19 +171,7 @@ class MemoryBackend(MemoryThreads, MemoryStats):
         saved = self._namespaces(thread_id).get(ns, {}).get(parent_id)
         if saved is None:
             return None
-        checkpoint_typed, metadata_typed, grandparent_id = saved
-        serde, saver = self.saver.serde, self.saver
-        checkpoint: Checkpoint = serde.loads_typed(checkpoint_typed)
-        values = saver._load_blobs(thread_id, ns, checkpoint["channel_versions"])
-        writes = saver._ordered_writes(thread_id, ns, parent_id)
-        config, parent_config = tuple_configs(thread_id, ns, parent_id, grandparent_id)
-        return CheckpointTuple(
-            config=config,
-            checkpoint={**checkpoint, "channel_values": values},
-            metadata=serde.loads_typed(metadata_typed),
-            pending_writes=[(i, c, serde.loads_typed(v)) for i, c, v, _ in writes],
-            parent_config=parent_config,
-        )
+        return memory_tuple(self.saver, thread_id, ns, parent_id, saved)
 
     def has_children(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Op[bool]:
         rows = self._namespaces(thread_id).get(checkpoint_ns, {})

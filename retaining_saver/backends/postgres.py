@@ -17,19 +17,20 @@ The default READ COMMITTED isolation applies: a precondition is re-checked
 inside the transaction, but a checkpoint another connection commits after
 that check is not seen by it.
 
-The backend is three modules, each with its SQL at its top, split by when
-their statements run, so that each can be read whole:
+All of the store's SQL is named constants in the `_postgres_sql*` modules
+(see `_postgres_sql`). The logic is in modules split by when their statements
+run, so that each can be read whole:
 
-- this one: the drivers, which run every statement of the three; the reclaim
-  records' table and the parent index; and the statements of `SqlBackend`'s
-  primitives (`_sql`), gathered by name (`SQL`);
-- `_postgres_admission` (`PostgresAdmission`): the statements of admission,
-  on the path of every run's read, each one round trip tuned to its query
-  plan: the guarded takes of a trailing leaf, and the saver's own reads;
-- `_postgres_plan` (`PostgresPlans`): the statements that carry out a plan's
-  steps in bulk and sweep the blobs they free.
+- this one: the drivers, which run every statement; the reclaim records'
+  table and the parent index; and the statements of `SqlBackend`'s primitives
+  (`_sql`), each field of `SQL` assigned from its constant;
+- `_postgres_admission` (`PostgresAdmission`): admission, on the path of every
+  run's read, each statement one round trip tuned to its query plan: the
+  guarded takes of a trailing leaf, and the saver's own reads;
+- `_postgres_plan` (`PostgresPlans`): a plan's steps in bulk and the sweep of
+  the blobs they free; `_postgres_stats` (`PostgresStats`): the statistics.
 
-`PostgresBackend` mixes the two in; their statements reach the database only
+`PostgresBackend` mixes them in; their statements reach the database only
 through the drivers here (`run`, `arun`, by `_execute`, `_aexecute`).
 """
 
@@ -49,194 +50,73 @@ from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import Mode, Op, T, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
+from retaining_saver.backends._postgres_sql import (
+    COPY_BLOBS_SQL,
+    COPY_CHECKPOINTS_SQL,
+    COPY_RECLAIMED_SQL,
+    COPY_WRITES_SQL,
+    CREATE_PARENT_INDEX_SQL,
+    CREATE_RECLAIMED_TABLE_SQL,
+    DELETE_CHECKPOINT_SQL,
+    DELETE_EXPIRED_RECLAIMED_SQL,
+    DELETE_RECLAIMED_CLONES_SQL,
+    DELETE_THREAD_RECLAIMED_SQL,
+    DELETE_WRITES_SQL,
+    SELECT_CHILDREN_SQL,
+    SELECT_FIRST_THREAD_IDS_SQL,
+    SELECT_HAS_CHILDREN_SQL,
+    SELECT_HEAD_NODE_SQL,
+    SELECT_INTEGRITY_SQL,
+    SELECT_LINEAGE_SQL,
+    SELECT_NEWEST_ID_SQL,
+    SELECT_NODES_SQL,
+    SELECT_RECLAIMED_CLONE_SQL,
+    SELECT_RECLAIMED_TABLE_SQL,
+    SELECT_RUN_THREADS_SQL,
+    SELECT_STORE_STATS_SQL,
+    SELECT_THREAD_EXISTS_SQL,
+    SELECT_THREAD_IDS_AFTER_SQL,
+    SELECT_THREAD_STATS_SQL,
+    UPSERT_RECLAIMED_SQL,
+)
+from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_stats import PostgresStats
-from retaining_saver.backends._postgres_sweep import CREATE_ROOT_INDEX_SQL
-from retaining_saver.backends._postgres_threads import THREAD_SQL
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
-from retaining_saver.backends._sql_threads import SqlThreads
+from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
 
-# `v` as text: psycopg would decode a JSONB column with a `json.loads` per row.
-_NODE_COLUMNS = """
-    c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    c.checkpoint -> 'channel_versions' AS channel_versions,
-    c.checkpoint -> 'versions_seen' AS versions_seen,
-    c.checkpoint ->> 'ts' AS ts,
-    c.checkpoint ->> 'v' AS format_version,
-    c.metadata"""
+SQL = SqlTexts(
+    select_lineage=SELECT_LINEAGE_SQL,
+    select_nodes=SELECT_NODES_SQL,
+    select_head_node=SELECT_HEAD_NODE_SQL,
+    select_has_children=SELECT_HAS_CHILDREN_SQL,
+    select_newest_id=SELECT_NEWEST_ID_SQL,
+    delete_checkpoint=DELETE_CHECKPOINT_SQL,
+    delete_writes=DELETE_WRITES_SQL,
+    delete_expired_reclaimed=DELETE_EXPIRED_RECLAIMED_SQL,
+    upsert_reclaimed=UPSERT_RECLAIMED_SQL,
+    select_reclaimed_table=SELECT_RECLAIMED_TABLE_SQL,
+    select_reclaimed_clone=SELECT_RECLAIMED_CLONE_SQL,
+    delete_thread_reclaimed=DELETE_THREAD_RECLAIMED_SQL,
+    select_thread_stats=SELECT_THREAD_STATS_SQL,
+    select_store_stats=SELECT_STORE_STATS_SQL,
+    select_first_thread_ids=SELECT_FIRST_THREAD_IDS_SQL,
+    select_thread_ids_after=SELECT_THREAD_IDS_AFTER_SQL,
+    select_integrity=SELECT_INTEGRITY_SQL,
+    select_children=SELECT_CHILDREN_SQL,
+)
+"""The statements `SqlBackend`'s primitives run on Postgres, each named."""
 
-_WRITE_COUNT_COLUMN = """
-    (
-        SELECT count(*) FROM checkpoint_writes AS w
-        WHERE w.thread_id = c.thread_id
-            AND w.checkpoint_ns = c.checkpoint_ns
-            AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count"""
+THREAD_SQL = ThreadTexts(
+    select_run_threads=SELECT_RUN_THREADS_SQL,
+    select_thread_exists=SELECT_THREAD_EXISTS_SQL,
+    copy_checkpoints=COPY_CHECKPOINTS_SQL,
+    copy_writes=COPY_WRITES_SQL,
+    copy_blobs=COPY_BLOBS_SQL,
+    copy_reclaimed=COPY_RECLAIMED_SQL,
+    delete_reclaimed_clones=DELETE_RECLAIMED_CLONES_SQL,
+)
+"""The statements `SqlThreads` runs on Postgres, each named."""
 
-SELECT_LINEAGE_SQL = f"""
-SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
-FROM checkpoints AS c
-WHERE c.thread_id = %s
-"""
-
-SELECT_NODES_SQL = f"""
-SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
-FROM checkpoints AS c
-WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = ANY(%s::text[])
-"""
-
-SELECT_HEAD_NODE_SQL = f"""
-SELECT {_NODE_COLUMNS}, {_WRITE_COUNT_COLUMN}
-FROM checkpoints AS c
-WHERE c.thread_id = %s AND c.checkpoint_ns = %s
-ORDER BY c.checkpoint_id DESC LIMIT 1
-"""
-
-# Each reclaimed duplicate's id and the clone it resolves to; written in the
-# deleting statement or transaction. Created before this backend's first
-# write (and by `create_indexes`); a read never creates it.
-# Two workers creating it at once can both pass IF NOT EXISTS; the loser's
-# unique violation on the catalog means the table is there, so it is ignored.
-# CREATE is only tried when the table is missing: a role that may write the
-# tables but not create in the schema is refused even an IF NOT EXISTS.
-CREATE_RECLAIMED_TABLE_SQL = """
-DO $$
-BEGIN
-    IF to_regclass('retaining_saver_reclaimed') IS NOT NULL THEN
-        RETURN;
-    END IF;
-    CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL DEFAULT '',
-        checkpoint_id TEXT NOT NULL,
-        clone_id TEXT NOT NULL,
-        reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        taken_by TEXT,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-    );
-    CREATE INDEX IF NOT EXISTS retaining_saver_reclaimed_age_idx
-        ON retaining_saver_reclaimed (thread_id, reclaimed_at);
-EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
-END
-$$
-"""
-
-UPSERT_RECLAIMED_SQL = """
-INSERT INTO retaining_saver_reclaimed (thread_id, checkpoint_ns, checkpoint_id, clone_id)
-VALUES (%s, %s, %s, %s)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-    DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at,
-        taken_by = NULL
-"""
-
-DELETE_EXPIRED_RECLAIMED_SQL = """
-DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s AND reclaimed_at < now() - %s::interval
-"""
-
-DELETE_THREAD_RECLAIMED_SQL = """
-DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s
-"""
-
-SELECT_RECLAIMED_TABLE_SQL = """
-SELECT to_regclass('retaining_saver_reclaimed') IS NOT NULL AS found
-"""
-
-SELECT_RECLAIMED_CLONE_SQL = """
-SELECT clone_id FROM retaining_saver_reclaimed
-WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-    AND reclaimed_at >= now() - %s::interval
-"""
-
-# Lets the in-transaction "still childless?" check find children by index
-# instead of scanning the thread. Created by `create_indexes`, not implicitly:
-# building it on a large table is an operator's decision.
-CREATE_PARENT_INDEX_SQL = """
-CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_parent_idx
-ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
-"""
-
-SELECT_HAS_CHILDREN_SQL = """
-SELECT EXISTS (
-    SELECT 1 FROM checkpoints
-    WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = %s
-) AS found
-"""
-
-SELECT_NEWEST_ID_SQL = """
-SELECT max(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s
-    AND (%s::text IS NULL OR checkpoint_id < %s)
-"""
-
-DELETE_WRITES_SQL = """
-DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-"""
-
-# RETURNING tells a transaction that lost a race (the row went meanwhile) it deleted nothing.
-DELETE_CHECKPOINT_SQL = """
-DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
-RETURNING checkpoint_id
-"""
-
-SELECT_CHILDREN_SQL = """
-SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
-WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = ANY(%s::text[])
-"""
-
-# Bytes are as stored: `pg_column_size`, after any TOAST compression.
-_STATS_SQL = """
-SELECT 'checkpoints' AS table_name, count(*) AS row_count,
-    coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)::bigint
-        AS byte_count
-FROM checkpoints {where}
-UNION ALL
-SELECT 'checkpoint_blobs', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
-FROM checkpoint_blobs {where}
-UNION ALL
-SELECT 'checkpoint_writes', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
-FROM checkpoint_writes {where}
-"""
-
-SELECT_THREAD_STATS_SQL = _STATS_SQL.format(where="WHERE thread_id = %s")
-
-SELECT_STORE_STATS_SQL = _STATS_SQL.format(where="")
-
-SELECT_FIRST_THREAD_IDS_SQL = """
-SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id LIMIT %s
-"""
-
-SELECT_THREAD_IDS_AFTER_SQL = """
-SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > %s ORDER BY thread_id LIMIT %s
-"""
-
-SELECT_INTEGRITY_SQL = """
-SELECT
-    (
-        SELECT count(*) FROM checkpoints AS c
-        WHERE c.thread_id = %s AND c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS p
-            WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = c.checkpoint_ns
-                AND p.checkpoint_id = c.parent_checkpoint_id
-        )
-    ) AS dangling_parents,
-    (
-        SELECT count(*) FROM checkpoint_writes AS w
-        WHERE w.thread_id = %s AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS c
-            WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
-                AND c.checkpoint_id = w.checkpoint_id
-        )
-    ) AS orphan_writes,
-    (
-        SELECT count(*) FROM checkpoint_blobs AS b
-        WHERE b.thread_id = %s AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS c
-            WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-                AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
-        )
-    ) AS orphan_blobs
-"""
-
-SQL = SqlTexts.named(globals())
-"""The constants above that `SqlBackend`'s primitives run, found by their names."""
 
 INSUFFICIENT_PRIVILEGE = "42501"
 

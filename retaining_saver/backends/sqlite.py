@@ -22,11 +22,12 @@ Over `AsyncSqliteSaver` the async admission read runs the saver's own read
 statements (`_sqlite_admission.head_row`): both in one hop, under the saver's
 lock and outside any transaction, as the saver runs them in six.
 
-The primitives are `SqlBackend`'s (`_sql`), run on the statements below (`SQL`);
-this module adds the drivers. Three modules beside it hold the rest, each with
-its own statements: `_sqlite_plan` decodes rows into nodes and carries out a
-plan's changes, `_sqlite_admission` runs the saver's own reads for admission,
-and `_sqlite_compaction` gives free pages back.
+All of the store's SQL is named constants in `_sqlite_sql` and `_sqlite_sql_plan`.
+The primitives are `SqlBackend`'s (`_sql`), run on the statements `SQL` names;
+this module adds the drivers. Three modules beside it hold the rest:
+`_sqlite_plan` decodes rows into nodes and carries out a plan's changes,
+`_sqlite_admission` runs the saver's own reads for admission, and
+`_sqlite_compaction` gives free pages back.
 
 `SqliteBackend.compact` / `acompact` (not part of `Backend`) reclaim the file
 space deleted rows leave on SQLite's freelist; see `Compaction`.
@@ -48,177 +49,97 @@ import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
-from retaining_saver.backends._sql_threads import SqlThreads
+from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
+from retaining_saver.backends._sqlite_plan import SqlitePlans, checkpoint_of, node_of
+from retaining_saver.backends._sqlite_sql import (
+    BEGIN_SQL,
+    COMMIT_SQL,
+    COPY_CHECKPOINTS_SQL,
+    COPY_RECLAIMED_SQL,
+    COPY_WRITES_SQL,
+    CREATE_PARENT_INDEX_SQL,
+    CREATE_RECLAIMED_TABLE_SQL,
+    DELETE_CHECKPOINT_SQL,
+    DELETE_EXPIRED_RECLAIMED_SQL,
+    DELETE_RECLAIMED_CLONES_SQL,
+    DELETE_THREAD_RECLAIMED_SQL,
+    DELETE_WRITES_SQL,
+    ROLLBACK_SQL,
+    SELECT_CHILDREN_SQL,
+    SELECT_COMMIT_MODE_SQL,
+    SELECT_FIRST_THREAD_IDS_SQL,
+    SELECT_HAS_CHILDREN_SQL,
+    SELECT_HEAD_NODE_SQL,
+    SELECT_INTEGRITY_SQL,
+    SELECT_LINEAGE_SQL,
+    SELECT_NEWEST_ID_SQL,
+    SELECT_NODES_SQL,
+    SELECT_RECLAIMED_CLONE_SQL,
+    SELECT_RECLAIMED_TABLE_SQL,
+    SELECT_RUN_THREADS_SQL,
+    SELECT_STORE_STATS_SQL,
+    SELECT_THREAD_EXISTS_SQL,
+    SELECT_THREAD_IDS_AFTER_SQL,
+    SELECT_THREAD_STATS_SQL,
+    SET_SYNCHRONOUS_EXTRA_SQL,
+    SET_SYNCHRONOUS_FULL_SQL,
+    SET_SYNCHRONOUS_NORMAL_SQL,
+    SET_SYNCHRONOUS_OFF_SQL,
+    UPSERT_RECLAIMED_SQL,
+)
 from retaining_saver.backends._sqlite_stats import SqliteStats
-from retaining_saver.backends._sqlite_threads import THREAD_SQL
 
 logger = logging.getLogger("retaining_saver")
 
-BEGIN_SQL = "BEGIN IMMEDIATE"
-COMMIT_SQL = "COMMIT"
-ROLLBACK_SQL = "ROLLBACK"
 
-SELECT_COMMIT_MODE_SQL = """
-SELECT s.synchronous, j.journal_mode FROM pragma_synchronous() AS s, pragma_journal_mode() AS j
-"""
+SQL = SqlTexts(
+    select_lineage=SELECT_LINEAGE_SQL,
+    select_nodes=SELECT_NODES_SQL,
+    select_head_node=SELECT_HEAD_NODE_SQL,
+    select_has_children=SELECT_HAS_CHILDREN_SQL,
+    select_newest_id=SELECT_NEWEST_ID_SQL,
+    delete_checkpoint=DELETE_CHECKPOINT_SQL,
+    delete_writes=DELETE_WRITES_SQL,
+    delete_expired_reclaimed=DELETE_EXPIRED_RECLAIMED_SQL,
+    upsert_reclaimed=UPSERT_RECLAIMED_SQL,
+    select_reclaimed_table=SELECT_RECLAIMED_TABLE_SQL,
+    select_reclaimed_clone=SELECT_RECLAIMED_CLONE_SQL,
+    delete_thread_reclaimed=DELETE_THREAD_RECLAIMED_SQL,
+    select_thread_stats=SELECT_THREAD_STATS_SQL,
+    select_store_stats=SELECT_STORE_STATS_SQL,
+    select_first_thread_ids=SELECT_FIRST_THREAD_IDS_SQL,
+    select_thread_ids_after=SELECT_THREAD_IDS_AFTER_SQL,
+    select_integrity=SELECT_INTEGRITY_SQL,
+    select_children=SELECT_CHILDREN_SQL,
+)
+"""The statements `SqlBackend`'s primitives run on SQLite, each named."""
 
-# PRAGMA takes no bound parameters; the value is one of two fixed literals below.
-SET_SYNCHRONOUS_SQL = "PRAGMA synchronous = {level}"
+THREAD_SQL = ThreadTexts(
+    select_run_threads=SELECT_RUN_THREADS_SQL,
+    select_thread_exists=SELECT_THREAD_EXISTS_SQL,
+    copy_checkpoints=COPY_CHECKPOINTS_SQL,
+    copy_writes=COPY_WRITES_SQL,
+    copy_blobs=None,
+    copy_reclaimed=COPY_RECLAIMED_SQL,
+    delete_reclaimed_clones=DELETE_RECLAIMED_CLONES_SQL,
+)
+"""The statements `SqlThreads` runs on SQLite, each named; there is no blob table."""
 
 SYNCHRONOUS_NORMAL = 1
 
-# Lets the in-transaction "still childless?" check find children by index
-# instead of reading every row of the thread; created on first use.
-CREATE_PARENT_INDEX_SQL = """
-CREATE INDEX IF NOT EXISTS retaining_saver_checkpoints_parent_idx
-ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
-"""
+# `PRAGMA synchronous` by the level it sets: SQLite has these four.
+SET_SYNCHRONOUS = {
+    0: SET_SYNCHRONOUS_OFF_SQL,
+    SYNCHRONOUS_NORMAL: SET_SYNCHRONOUS_NORMAL_SQL,
+    2: SET_SYNCHRONOUS_FULL_SQL,
+    3: SET_SYNCHRONOUS_EXTRA_SQL,
+}
 
-# Each reclaimed duplicate's id and the clone it resolves to; written in the
-# deleting transaction, created on first use with the parent index.
-CREATE_RECLAIMED_TABLE_SQL = """
-CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
-    thread_id TEXT NOT NULL,
-    checkpoint_ns TEXT NOT NULL DEFAULT '',
-    checkpoint_id TEXT NOT NULL,
-    clone_id TEXT NOT NULL,
-    reclaimed_at REAL NOT NULL,
-    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-)
-"""
-
-UPSERT_RECLAIMED_SQL = """
-INSERT OR REPLACE INTO retaining_saver_reclaimed
-    (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
-VALUES (?, ?, ?, ?, ?)
-"""
-
-DELETE_EXPIRED_RECLAIMED_SQL = """
-DELETE FROM retaining_saver_reclaimed WHERE thread_id = ? AND reclaimed_at < ?
-"""
-
-DELETE_THREAD_RECLAIMED_SQL = """
-DELETE FROM retaining_saver_reclaimed WHERE thread_id = ?
-"""
-
-# A read must not create the table, so it asks first whether there is one.
-SELECT_RECLAIMED_TABLE_SQL = """
-SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'retaining_saver_reclaimed'
-"""
-
-SELECT_RECLAIMED_CLONE_SQL = """
-SELECT clone_id FROM retaining_saver_reclaimed
-WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND reclaimed_at >= ?
-"""
-
-# A node's columns and its write count, read from `checkpoints AS c`.
-_NODE_COLUMNS = """
-SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
-    c.metadata,
-    (
-        SELECT COUNT(*) FROM writes AS w
-        WHERE w.thread_id = c.thread_id
-            AND w.checkpoint_ns = c.checkpoint_ns
-            AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count
-FROM checkpoints AS c
-WHERE c.thread_id = ?"""
-
-SELECT_LINEAGE_SQL = _NODE_COLUMNS
-
-_NODE_SELECT = _NODE_COLUMNS + " AND c.checkpoint_ns = ?"
-
-# The ids come as one JSON array, so the statement text never depends on their number.
-SELECT_NODES_SQL = (
-    _NODE_SELECT
-    + """
-    AND c.checkpoint_id IN (SELECT value FROM json_each(?))
-"""
-)
-
-# One statement, so that a read outside any transaction sees one snapshot.
-SELECT_HEAD_NODE_SQL = (
-    _NODE_SELECT
-    + """
-ORDER BY c.checkpoint_id DESC LIMIT 1
-"""
-)
-
-SELECT_HAS_CHILDREN_SQL = """
-SELECT EXISTS (
-    SELECT 1 FROM checkpoints
-    WHERE thread_id = ? AND checkpoint_ns = ? AND parent_checkpoint_id = ?
-) AS found
-"""
-
-SELECT_NEWEST_ID_SQL = """
-SELECT MAX(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?
-    AND (? IS NULL OR checkpoint_id < ?)
-"""
-
-DELETE_WRITES_SQL = """
-DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-"""
-
-# RETURNING tells a transaction that lost a race (the row went meanwhile) it deleted nothing.
-DELETE_CHECKPOINT_SQL = """
-DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
-RETURNING checkpoint_id
-"""
-
-SELECT_CHILDREN_SQL = """
-SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
-WHERE thread_id = ? AND checkpoint_ns = ?
-    AND parent_checkpoint_id IN (SELECT value FROM json_each(?))
-"""
-
-_STATS_SQL = """
-SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
-    COALESCE(SUM(COALESCE(LENGTH(checkpoint), 0) + COALESCE(LENGTH(metadata), 0)), 0)
-        AS byte_count
-FROM checkpoints {where}
-UNION ALL
-SELECT 'writes', COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes {where}
-"""
-
-SELECT_THREAD_STATS_SQL = _STATS_SQL.format(where="WHERE thread_id = ?")
-
-SELECT_STORE_STATS_SQL = _STATS_SQL.format(where="")
-
-SELECT_INTEGRITY_SQL = """
-SELECT
-    (
-        SELECT COUNT(*) FROM checkpoints AS c
-        WHERE c.thread_id = ? AND c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS p
-            WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = c.checkpoint_ns
-                AND p.checkpoint_id = c.parent_checkpoint_id
-        )
-    ) AS dangling_parents,
-    (
-        SELECT COUNT(*) FROM writes AS w
-        WHERE w.thread_id = ? AND NOT EXISTS (
-            SELECT 1 FROM checkpoints AS c
-            WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
-                AND c.checkpoint_id = w.checkpoint_id
-        )
-    ) AS orphan_writes
-"""
-
-SELECT_FIRST_THREAD_IDS_SQL = """
-SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id LIMIT ?
-"""
-
-SELECT_THREAD_IDS_AFTER_SQL = """
-SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > ? ORDER BY thread_id LIMIT ?
-"""
-
-SQL = SqlTexts.named(globals())
-"""The constants above that `SqlBackend`'s primitives run, found by their names."""
 
 READONLY = sqlite3.SQLITE_READONLY
 
@@ -288,13 +209,13 @@ def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
     level = int(mode["synchronous"])
     relax = str(mode["journal_mode"]).lower() == "wal" and level > SYNCHRONOUS_NORMAL
     if relax:
-        _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=SYNCHRONOUS_NORMAL)))
+        _execute(conn, Statement(SET_SYNCHRONOUS[SYNCHRONOUS_NORMAL]))
     try:
         yield
     finally:
         if relax:
             try:
-                _execute(conn, Statement(SET_SYNCHRONOUS_SQL.format(level=level)))
+                _execute(conn, Statement(SET_SYNCHRONOUS[level]))
             except sqlite3.Error as error:
                 # The transaction already ended; only this connection's durability is off.
                 logger.warning("could not restore PRAGMA synchronous = %s: %r", level, error)
@@ -321,7 +242,7 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
+class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -380,6 +301,10 @@ class SqliteBackend(SqliteAdmission, SqliteStats, SqlThreads):
         return result
 
     # Dialect hooks
+
+    def _node(self, row: Row, write_count: int) -> CheckpointNode:
+        """The node, its versions and ts decoded from the checkpoint blob."""
+        return node_of(row, checkpoint_of(self.saver, row), write_count)
 
     def _ids_param(self, ids: Sequence[str]) -> str:
         """`ids` as one JSON array text, which `SELECT_NODES_SQL` reads with `json_each`."""

@@ -1,6 +1,6 @@
 """A fast path built on upstream internals turns itself off when they drift.
 
-`backends/_upstream.py` lists what was audited. A saver whose statements or
+`backends/_upstream/` lists what was audited. A saver whose statements or
 attributes differ gets one warning, no fast path, and the same answers through
 its own calls: admission still reclaims, and the run reads what the bare saver
 reads.
@@ -91,3 +91,28 @@ async def test_a_drifted_saver_answers_through_its_own_read_async(
         answer = await saver.aget_tuple(run_read("d"))
         assert reads.count("aget_tuple") == 2, "the head, then the parent: both by the saver"
         _check(answer, await inner.aget_tuple(thread_config("d")), saver)
+
+
+def test_the_tuple_builders_use_only_audited_internals() -> None:
+    """Every private saver attribute the copied tuple builders touch is in the audit, so a
+    saver that lost one turns the fast paths that build tuples off."""
+    import ast
+    from pathlib import Path
+
+    import retaining_saver.backends._upstream.tuples as tuples
+
+    audited = {
+        *upstream.POSTGRES_ATTRIBUTES,
+        *upstream.SQLITE_ATTRIBUTES,
+        *upstream.MEMORY_ATTRIBUTES,
+    }
+    used = {
+        node.attr
+        for node in ast.walk(ast.parse(Path(tuples.__file__).read_text()))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "saver"
+        and node.attr.startswith("_")
+    }
+    assert used, "the builders call the savers' private helpers"
+    assert used <= audited, f"unaudited: {sorted(used - audited)}"

@@ -13,12 +13,16 @@ import pytest
 import retaining_saver._rules as rules
 from retaining_saver._rules import PRECONDITIONS, DeletionKind
 from retaining_saver._rules import _checks as checks
-from retaining_saver.backends import _sqlite_plan, memory
+from retaining_saver.backends import _sqlite_sql_plan, memory
 
 try:  # the Postgres statements need psycopg, an extra
-    from retaining_saver.backends import _postgres_admission, _postgres_plan
+    from retaining_saver.backends import (
+        _postgres_sql_admission,
+        _postgres_sql_plan,
+        _postgres_sql_take,
+    )
 except ImportError:  # pragma: no cover
-    _postgres_admission = _postgres_plan = None  # type: ignore[assignment]
+    _postgres_sql_admission = _postgres_sql_plan = _postgres_sql_take = None  # type: ignore[assignment]
 
 MARKER = re.compile(r"(?:--|#)\s*check:\s*([a-z-]+)")
 """A guard clause's comment naming the check it enforces (`-- check:` in SQL, `#` in Python)."""
@@ -40,27 +44,34 @@ def _source(function: object) -> Callable[[], str]:
 GUARDS: dict[str, tuple[DeletionKind, Callable[[], str]]] = {
     "sqlite DELETE_CHECKPOINT_GUARDED_SQL": (
         DeletionKind.ROW,
-        _text(_sqlite_plan, "DELETE_CHECKPOINT_GUARDED_SQL"),
+        _text(_sqlite_sql_plan, "DELETE_CHECKPOINT_GUARDED_SQL"),
     ),
     "memory delete_rows": (DeletionKind.ROW, _source(memory.MemoryBackend.delete_rows)),
 }
 """Each statement that guards a deletion itself, and the kind whose checks it enforces. The
 other kinds are judged by the rules on rows read in the transaction (`_recheck`)."""
-if _postgres_admission is not None:
+if _postgres_sql_take is not None:
     GUARDS |= {
         "postgres RECLAIM_LEAF_SQL": (
             DeletionKind.TAKE,
-            _text(_postgres_admission, "RECLAIM_LEAF_SQL"),
+            _text(_postgres_sql_take, "RECLAIM_LEAF_SQL"),
+        ),
+        "postgres RECLAIM_LEAF_READ_SQL": (
+            DeletionKind.TAKE,
+            _text(_postgres_sql_take, "RECLAIM_LEAF_READ_SQL"),
         ),
         "postgres ADMIT_AND_READ_SQL": (
             DeletionKind.TAKE,
-            _text(_postgres_admission, "ADMIT_AND_READ_SQL"),
+            _text(_postgres_sql_admission, "ADMIT_AND_READ_SQL"),
         ),
         "postgres ADMIT_EXPIRE_AND_READ_SQL": (
             DeletionKind.TAKE,
-            _text(_postgres_admission, "ADMIT_EXPIRE_AND_READ_SQL"),
+            _text(_postgres_sql_admission, "ADMIT_EXPIRE_AND_READ_SQL"),
         ),
-        "postgres DELETE_ROWS_SQL": (DeletionKind.ROW, _text(_postgres_plan, "DELETE_ROWS_SQL")),
+        "postgres DELETE_ROWS_SQL": (
+            DeletionKind.ROW,
+            _text(_postgres_sql_plan, "DELETE_ROWS_SQL"),
+        ),
     }
 
 
@@ -91,12 +102,15 @@ def test_a_marker_naming_no_check_of_its_kind_disagrees() -> None:
     )
 
 
-@pytest.mark.skipif(_postgres_admission is None, reason="psycopg is not installed")
+@pytest.mark.skipif(_postgres_sql_take is None, reason="psycopg is not installed")
 def test_the_takes_two_newest_guards_are_one_named_check() -> None:
     """The take's "newest, its parent next" is one check, which both of Postgres's
     statements name (as `ARRAY(... LIMIT 2)` in one, `NOT EXISTS` in the other)."""
-    for name in ("RECLAIM_LEAF_SQL", "ADMIT_AND_READ_SQL"):
-        sql = getattr(_postgres_admission, name)
+    for module, name in (
+        (_postgres_sql_take, "RECLAIM_LEAF_SQL"),
+        (_postgres_sql_admission, "ADMIT_AND_READ_SQL"),
+    ):
+        sql = getattr(module, name)
         assert "newest-parent-next" in named_checks(sql), name
     assert [c.name for c in PRECONDITIONS[DeletionKind.TAKE]].count("newest-parent-next") == 1
 

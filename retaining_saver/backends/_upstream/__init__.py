@@ -10,6 +10,8 @@ drifted turns its fast paths off, with one warning, and answers through the
 saver's own calls instead. Correctness never depends on an unaudited internal:
 a fast path that fails at run time falls back too (see `RetainingSaver`).
 
+The builders that copy the savers' private readers (`tuples`) live beside this
+audit: every private name they touch is listed here (a test holds them to it).
 Deletions and the lineage reads use only the tables' documented columns.
 """
 

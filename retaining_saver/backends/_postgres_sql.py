@@ -1,0 +1,276 @@
+"""Postgres: the SQL of the primitives every backend has, of the reclaim records' table,
+and of whole-thread operations, each statement written out in full under its name.
+
+All of the Postgres backend's SQL lives in the `_postgres_sql*` modules, split by
+when the statements run so that each module stays readable:
+
+- this one: the primitives (`SqlBackend`, `SqlThreads`), the reclaim records'
+  table and the parent index;
+- `_postgres_sql_take`: the guarded take of one judged leaf;
+- `_postgres_sql_admission`: the one-round admission read, and the saver's own read;
+- `_postgres_sql_plan`: a plan's steps in bulk, the blob sweep, and the statistics;
+- `_postgres_sql_sweep`: the idle-thread sweep.
+
+A statement that differs from another by a clause is written out again, whole, so that
+`grep NAME` finds the text that runs. The modules that run them import them by name.
+"""
+
+from __future__ import annotations
+
+# A node's columns and its write count, read from `checkpoints AS c`. `v` is selected
+# as text: psycopg would decode a JSONB column with a `json.loads` per row.
+SELECT_LINEAGE_SQL = """
+SELECT
+    c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+    c.checkpoint -> 'channel_versions' AS channel_versions,
+    c.checkpoint -> 'versions_seen' AS versions_seen,
+    c.checkpoint ->> 'ts' AS ts,
+    c.checkpoint ->> 'v' AS format_version,
+    c.metadata,
+    (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+FROM checkpoints AS c
+WHERE c.thread_id = %s
+"""
+
+SELECT_NODES_SQL = """
+SELECT
+    c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+    c.checkpoint -> 'channel_versions' AS channel_versions,
+    c.checkpoint -> 'versions_seen' AS versions_seen,
+    c.checkpoint ->> 'ts' AS ts,
+    c.checkpoint ->> 'v' AS format_version,
+    c.metadata,
+    (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+FROM checkpoints AS c
+WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = ANY(%s::text[])
+"""
+
+SELECT_HEAD_NODE_SQL = """
+SELECT
+    c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+    c.checkpoint -> 'channel_versions' AS channel_versions,
+    c.checkpoint -> 'versions_seen' AS versions_seen,
+    c.checkpoint ->> 'ts' AS ts,
+    c.checkpoint ->> 'v' AS format_version,
+    c.metadata,
+    (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count
+FROM checkpoints AS c
+WHERE c.thread_id = %s AND c.checkpoint_ns = %s
+ORDER BY c.checkpoint_id DESC LIMIT 1
+"""
+
+# Each reclaimed duplicate's id and the clone it resolves to; written in the
+# deleting statement or transaction. Created before this backend's first
+# write (and by `create_indexes`); a read never creates it.
+# Two workers creating it at once can both pass IF NOT EXISTS; the loser's
+# unique violation on the catalog means the table is there, so it is ignored.
+# CREATE is only tried when the table is missing: a role that may write the
+# tables but not create in the schema is refused even an IF NOT EXISTS.
+CREATE_RECLAIMED_TABLE_SQL = """
+DO $$
+BEGIN
+    IF to_regclass('retaining_saver_reclaimed') IS NOT NULL THEN
+        RETURN;
+    END IF;
+    CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL DEFAULT '',
+        checkpoint_id TEXT NOT NULL,
+        clone_id TEXT NOT NULL,
+        reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        taken_by TEXT,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    CREATE INDEX IF NOT EXISTS retaining_saver_reclaimed_age_idx
+        ON retaining_saver_reclaimed (thread_id, reclaimed_at);
+EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
+END
+$$
+"""
+
+UPSERT_RECLAIMED_SQL = """
+INSERT INTO retaining_saver_reclaimed (thread_id, checkpoint_ns, checkpoint_id, clone_id)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+    DO UPDATE SET clone_id = EXCLUDED.clone_id, reclaimed_at = EXCLUDED.reclaimed_at,
+        taken_by = NULL
+"""
+
+DELETE_EXPIRED_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s AND reclaimed_at < now() - %s::interval
+"""
+
+DELETE_THREAD_RECLAIMED_SQL = """
+DELETE FROM retaining_saver_reclaimed WHERE thread_id = %s
+"""
+
+SELECT_RECLAIMED_TABLE_SQL = """
+SELECT to_regclass('retaining_saver_reclaimed') IS NOT NULL AS found
+"""
+
+SELECT_RECLAIMED_CLONE_SQL = """
+SELECT clone_id FROM retaining_saver_reclaimed
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+    AND reclaimed_at >= now() - %s::interval
+"""
+
+# Lets the in-transaction "still childless?" check find children by index
+# instead of scanning the thread. Created by `create_indexes`, not implicitly:
+# building it on a large table is an operator's decision.
+CREATE_PARENT_INDEX_SQL = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_parent_idx
+ON checkpoints (thread_id, checkpoint_ns, parent_checkpoint_id)
+"""
+
+SELECT_HAS_CHILDREN_SQL = """
+SELECT EXISTS (
+    SELECT 1 FROM checkpoints
+    WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = %s
+) AS found
+"""
+
+SELECT_NEWEST_ID_SQL = """
+SELECT max(checkpoint_id) AS newest FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s
+    AND (%s::text IS NULL OR checkpoint_id < %s)
+"""
+
+DELETE_WRITES_SQL = """
+DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+"""
+
+# RETURNING tells a transaction that lost a race (the row went meanwhile) it deleted nothing.
+DELETE_CHECKPOINT_SQL = """
+DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+RETURNING checkpoint_id
+"""
+
+SELECT_CHILDREN_SQL = """
+SELECT parent_checkpoint_id AS parent_id, checkpoint_id FROM checkpoints
+WHERE thread_id = %s AND checkpoint_ns = %s AND parent_checkpoint_id = ANY(%s::text[])
+"""
+
+# Bytes are as stored: `pg_column_size`, after any TOAST compression.
+SELECT_THREAD_STATS_SQL = """
+SELECT 'checkpoints' AS table_name, count(*) AS row_count,
+    coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)::bigint
+        AS byte_count
+FROM checkpoints WHERE thread_id = %s
+UNION ALL
+SELECT 'checkpoint_blobs', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
+FROM checkpoint_blobs WHERE thread_id = %s
+UNION ALL
+SELECT 'checkpoint_writes', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
+FROM checkpoint_writes WHERE thread_id = %s
+"""
+
+SELECT_STORE_STATS_SQL = """
+SELECT 'checkpoints' AS table_name, count(*) AS row_count,
+    coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)::bigint
+        AS byte_count
+FROM checkpoints
+UNION ALL
+SELECT 'checkpoint_blobs', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
+FROM checkpoint_blobs
+UNION ALL
+SELECT 'checkpoint_writes', count(*), coalesce(sum(pg_column_size(blob)), 0)::bigint
+FROM checkpoint_writes
+"""
+
+SELECT_FIRST_THREAD_IDS_SQL = """
+SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id LIMIT %s
+"""
+
+SELECT_THREAD_IDS_AFTER_SQL = """
+SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > %s ORDER BY thread_id LIMIT %s
+"""
+
+SELECT_INTEGRITY_SQL = """
+SELECT
+    (
+        SELECT count(*) FROM checkpoints AS c
+        WHERE c.thread_id = %s AND c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS p
+            WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = c.checkpoint_ns
+                AND p.checkpoint_id = c.parent_checkpoint_id
+        )
+    ) AS dangling_parents,
+    (
+        SELECT count(*) FROM checkpoint_writes AS w
+        WHERE w.thread_id = %s AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS c
+            WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
+                AND c.checkpoint_id = w.checkpoint_id
+        )
+    ) AS orphan_writes,
+    (
+        SELECT count(*) FROM checkpoint_blobs AS b
+        WHERE b.thread_id = %s AND NOT EXISTS (
+            SELECT 1 FROM checkpoints AS c
+            WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+                AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
+        )
+    ) AS orphan_blobs
+"""
+
+# Whole-thread and whole-run operations (`SqlThreads`): `delete_for_runs` finds a run's
+# threads and forgets the reclaim records of what it deleted; `copy_thread` copies a
+# thread's rows under another id. `checkpoints.metadata` has no index: finding a run's
+# threads reads the table, once per `delete_for_runs` call.
+SELECT_RUN_THREADS_SQL = """
+SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s::text[])
+"""
+
+SELECT_THREAD_EXISTS_SQL = """
+SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s) AS found
+"""
+
+# Binds the target, the target again (a `thread_id` in metadata names the copy, as the
+# Agent Server's own copy writes it), then the source.
+COPY_CHECKPOINTS_SQL = """
+INSERT INTO checkpoints
+    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
+    CASE WHEN metadata ? 'thread_id'
+        THEN jsonb_set(metadata, '{thread_id}', to_jsonb(%s::text)) ELSE metadata END
+FROM checkpoints WHERE thread_id = %s
+"""
+
+COPY_WRITES_SQL = """
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+FROM checkpoint_writes WHERE thread_id = %s
+"""
+
+COPY_BLOBS_SQL = """
+INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+SELECT %s, checkpoint_ns, channel, version, type, blob
+FROM checkpoint_blobs WHERE thread_id = %s
+"""
+
+COPY_RECLAIMED_SQL = """
+INSERT INTO retaining_saver_reclaimed
+    (thread_id, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at)
+SELECT %s, checkpoint_ns, checkpoint_id, clone_id, reclaimed_at
+FROM retaining_saver_reclaimed WHERE thread_id = %s
+"""
+
+DELETE_RECLAIMED_CLONES_SQL = """
+DELETE FROM retaining_saver_reclaimed
+WHERE thread_id = %s AND checkpoint_ns = %s AND clone_id = ANY(%s::text[])
+"""
