@@ -79,7 +79,7 @@ def _bares_writes(
     graft gives it another): one that owns writes would then look like an interrupted
     leaf (`PENDING_WRITES`), and no pass would take it. Its writes were consumed by
     that child; they go together."""
-    nodes, children = history.lineage.nodes, history.planner.children
+    nodes, children = history.lineage.nodes, history.children
     grafted = {(g.checkpoint_ns, g.new_parent_id) for g in part.grafts}
     return any(
         nodes[k].write_count and all(kid in chosen for kid in kids) and k not in grafted
