@@ -61,7 +61,7 @@ def newest_part(history: _History, unit: _HistoryUnit, room: int) -> _HistoryUni
             }
         if len(chosen) <= room and _leaves_parents(history, keys, chosen):
             part = _replanned(history, chosen)
-            if part is not None:
+            if part is not None and not _bares_writes(history, keys, chosen, part):
                 return part
     return None
 
@@ -70,6 +70,22 @@ def _leaves_parents(history: _History, keys: Sequence[NodeKey], chosen: set[Node
     """Whether every checkpoint of `keys` left for later keeps its parent."""
     nodes = history.lineage.nodes
     return all((k[0], nodes[k].parent_id) not in chosen for k in keys if k not in chosen)
+
+
+def _bares_writes(
+    history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey], part: _HistoryUnit
+) -> bool:
+    """Whether a checkpoint of `keys` left for later loses its last child to `part` (no
+    graft gives it another): one that owns writes would then look like an interrupted
+    leaf (`PENDING_WRITES`), and no pass would take it. Its writes were consumed by
+    that child; they go together."""
+    nodes, children = history.lineage.nodes, history.children
+    grafted = {(g.checkpoint_ns, g.new_parent_id) for g in part.grafts}
+    return any(
+        nodes[k].write_count and all(kid in chosen for kid in kids) and k not in grafted
+        for k in keys
+        if k not in chosen and (kids := children.get(k, []))
+    )
 
 
 def _replanned(history: _History, chosen: set[NodeKey]) -> _HistoryUnit | None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
 
 from retaining_saver._rules._leaf import (
     DELTA_UNNAMED_KEY,
@@ -17,23 +16,24 @@ from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
+    Lineage,
     NodeKey,
     Protection,
     Reason,
     Root,
 )
+from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._reads import _AncestorReads
 from retaining_saver._rules._runs import (
     compactable_steps,
     delta_channels,
     is_persistent,
+    parent_key,
     parents_named,
+    post_order,
     root_of,
     split_runs,
 )
-
-if TYPE_CHECKING:
-    from retaining_saver._rules._plan import _Planner
 
 
 @dataclass
@@ -58,9 +58,11 @@ class _HistoryUnit:
 class _History(_AncestorReads):
     """The history rules (horizon, step compaction, keep_latest) over each namespace.
 
-    Planned once, on construction: `removed` is what the rules delete, `scope`
-    every checkpoint they judged, `materialise` the delta values stored whole
-    at new roots. The planner's `kept` is updated in place.
+    Planned once, on construction, from the lineage and what the planner knows of
+    it: `removed` is what the rules delete, `scope` every checkpoint they judged,
+    `materialise` the delta values stored whole at new roots, and `kept` the
+    planner's `kept` with the protections the rules give and without what they
+    remove: values the planner takes, it is never written to.
 
     The root namespace is judged by its runs (horizon, compaction), or keeps
     only its head (keep_latest). A subgraph namespace whose checkpoints all
@@ -73,11 +75,23 @@ class _History(_AncestorReads):
     missing row is left alone: nothing there is proven.
     """
 
-    def __init__(self, planner: _Planner, taken: set[NodeKey]) -> None:
-        self.planner = planner
-        self.lineage, self.policy = planner.lineage, planner.policy
-        self.kept = planner.kept
+    def __init__(
+        self,
+        lineage: Lineage,
+        policy: RetentionPolicy,
+        now: datetime,
+        *,
+        children: Mapping[NodeKey, list[NodeKey]],
+        kept: Mapping[NodeKey, Protection],
+        taken: set[NodeKey],
+        referenced: set[NodeKey],
+        newest_missing: Mapping[str, str],
+    ) -> None:
+        self.lineage, self.policy, self.now = lineage, policy, now
+        self.children = children
+        self.kept = dict(kept)
         self.taken = taken
+        self.newest_missing = newest_missing
         self.scope: set[NodeKey] = set()
         self.removed: set[NodeKey] = set()
         self.reasons: dict[NodeKey, Reason] = {}
@@ -100,12 +114,9 @@ class _History(_AncestorReads):
         )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
         # keep_latest none are, as upstream's prune keeps none.
-        self.named_parents: set[NodeKey] = (
-            set() if self.policy.keep_latest else set(planner.referenced)
-        )
+        self.named_parents: set[NodeKey] = set() if self.policy.keep_latest else set(referenced)
         if self.policy.history_rules:
             self._plan_all()
-        planner.history_scope = self.scope
 
     def _plan_all(self) -> None:
         heads = self._heads()
@@ -152,7 +163,7 @@ class _History(_AncestorReads):
         for key in self.lineage.nodes:
             if key not in self.taken and key > heads.get(key[0], ("", "")):
                 heads[key[0]] = key
-        return {ns: k for ns, k in heads.items() if ns not in self.planner.newest_missing}
+        return {ns: k for ns, k in heads.items() if ns not in self.newest_missing}
 
     def _in_ns(self, ns: str) -> list[NodeKey]:
         return [k for k in self.lineage.nodes if k[0] == ns]
@@ -250,7 +261,7 @@ class _History(_AncestorReads):
             key = todo.pop()
             if key not in found:
                 found.add(key)
-                todo += [k for k in self.planner.children.get(key, []) if k not in self.taken]
+                todo += [k for k in self.children.get(key, []) if k not in self.taken]
         return found
 
     def _beyond_horizon(self, runs: Sequence[Sequence[CheckpointNode]]) -> set[NodeKey]:
@@ -273,7 +284,7 @@ class _History(_AncestorReads):
                 key = (node.checkpoint_ns, node.checkpoint_id)
                 if live and run is runs[-1]:
                     self.spared[key] = Protection.LIVE_RUN
-                elif len(self.planner.children.get(key, [])) > 1:
+                elif len(self.children.get(key, [])) > 1:
                     self.spared[key] = Protection.FORK_POINT
                 elif keep_step is not None and keep_step(node):
                     self.spared[key] = Protection.KEEP_STEP
@@ -290,7 +301,7 @@ class _History(_AncestorReads):
                     rescued.setdefault(key, protection)
                 if not to_root and key in self.on_line:
                     return
-                protection, key = Protection.ANCESTOR, self.planner._parent_key(key)
+                protection, key = Protection.ANCESTOR, parent_key(self.lineage, key)
 
         for key in sorted(self.ns_scope):
             node = self.lineage.nodes[key]
@@ -300,18 +311,18 @@ class _History(_AncestorReads):
                 keep(key, Protection.SUBGRAPH_PARENT)
             if key in self.fork_memory:
                 keep(key, Protection.FORK_MEMORY)
-            if node.write_count and not self.planner._kids(node):
+            if node.write_count and not self.children.get(key):
                 keep(key, Protection.PENDING_WRITES)
             if self._young(node):
                 keep(key, Protection.TOO_YOUNG)
-                keep(self.planner._parent_key(key), Protection.YOUNG_PARENT)
+                keep(parent_key(self.lineage, key), Protection.YOUNG_PARENT)
         return rescued
 
     def _young(self, node: CheckpointNode) -> bool:
         """Inside `history_min_age`, or of unknown age."""
         stamp = _parse_ts(node.ts)
         min_age = self.policy.history_min_age or timedelta(0)
-        return stamp is None or self.planner.now - stamp < min_age
+        return stamp is None or self.now - stamp < min_age
 
     def _units(
         self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Reason]
@@ -336,7 +347,7 @@ class _History(_AncestorReads):
         for top in sorted(
             k
             for k in removed
-            if k not in self.on_line and self.planner._parent_key(k) not in removed
+            if k not in self.on_line and parent_key(self.lineage, k) not in removed
         ):
             units.append(_HistoryUnit(self._branch(top, removed)))
         return units
@@ -351,7 +362,7 @@ class _History(_AncestorReads):
         branches = [
             d
             for key in stretch
-            for kid in self.planner.children.get(key, [])
+            for kid in self.children.get(key, [])
             if kid not in self.on_line
             for d in self._branch(kid, removed)
         ]
@@ -367,7 +378,7 @@ class _History(_AncestorReads):
         return _HistoryUnit(branches + line, grafts=[graft])
 
     def _branch(self, top: NodeKey, removed: Mapping[NodeKey, Reason]) -> list[Deletion]:
-        order = self.planner._post_order(top, set(removed))
+        order = post_order(self.children, top, set(removed))
         return [self._deletion(k, removed[k]) for k in order]
 
     def _deletion(self, key: NodeKey, reason: Reason) -> Deletion:

@@ -84,10 +84,12 @@ def has_marker(node: CheckpointNode, policy: RetentionPolicy) -> bool:
 
 def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
     """Whether `node` holds exactly its parent's state, compared as whole maps, with the
-    same values stored (a delta walk through either stops at the same place).
+    same values stored (a delta walk through either stops at the same place) and the
+    same checkpoint format (below 4, a checkpoint's pending sends are read from its
+    parent's writes).
 
-    `stored` None is a fact not loaded: it matches only another unloaded one (both
-    read by the same loader), never a loaded set.
+    `stored` or `format_version` None is a fact not loaded: it matches only another
+    unloaded one (both read by the same loader), never a loaded value.
     """
     return (
         node.parent_id == parent.checkpoint_id
@@ -95,6 +97,7 @@ def is_clone(node: CheckpointNode, parent: CheckpointNode) -> bool:
         and dict(node.channel_versions) == dict(parent.channel_versions)
         and dict(node.versions_seen) == dict(parent.versions_seen)
         and node.stored == parent.stored
+        and node.format_version == parent.format_version
     )
 
 

@@ -62,8 +62,9 @@ class CheckpointNode:
         stored: The channels whose value is stored at it (not rebuilt from
             ancestors' writes); None where not loaded, taken as none.
         format_version: Its checkpoint format (`v`); None where not loaded,
-            taken as current. Below 4, the saver's read migrates the pending
-            sends of a checkpoint from its parent's writes (Postgres).
+            which a clone check matches only to another unloaded one. Below 4,
+            the saver's read migrates the pending sends of a checkpoint from its
+            parent's writes (Postgres).
     """
 
     checkpoint_ns: str

@@ -31,7 +31,7 @@ from retaining_saver._rules._lineage import (
 )
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._reads import moves_fork_memory
-from retaining_saver._rules._runs import parents_named
+from retaining_saver._rules._runs import parent_key, parents_named, post_order
 
 
 def plan_retention(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
@@ -62,7 +62,17 @@ class _Planner:
     def plan(self) -> Plan:
         units = self._trailing_stacks()
         self._protect_chains(set(_flatten(units)))
-        history = _History(self, set(_flatten(units)))
+        history = _History(
+            self.lineage,
+            self.policy,
+            self.now,
+            children=self.children,
+            kept=self.kept,
+            taken=set(_flatten(units)),
+            referenced=self.referenced,
+            newest_missing=self.newest_missing,
+        )
+        self.kept, self.history_scope = history.kept, history.scope
         links = self._links()
         # A link may also parent a superseded subtree, which must go first.
         taken = set(_flatten(units + links)) | history.removed
@@ -236,13 +246,13 @@ class _Planner:
 
     def _superseded_subtrees(self, taken: set[NodeKey]) -> list[list[Deletion]]:
         loose = {k for k in self.lineage.nodes if k not in self.kept and k not in taken}
-        roots = [k for k in loose if self._parent_key(k) not in loose]
+        roots = [k for k in loose if parent_key(self.lineage, k) not in loose]
         for root in roots:
-            parent_key = self._parent_key(root)
-            if parent_key is not None and parent_key not in self.lineage.nodes:
+            above = parent_key(self.lineage, root)
+            if above is not None and above not in self.lineage.nodes:
                 # The missing row may hang below any other loose subtree here.
                 self.broken_namespaces.add(root[0])
-        subtrees = [(root, self._post_order(root, loose)) for root in roots]
+        subtrees = [(root, post_order(self.children, root, loose)) for root in roots]
         subtrees.sort(key=lambda pair: max(self.lineage.nodes[k].ts for k in pair[1]))
         units: list[list[Deletion]] = []
         for root, keys in subtrees:
@@ -253,30 +263,9 @@ class _Planner:
             units.append([self._branch_deletion(self.lineage.nodes[k]) for k in keys])
         return units
 
-    def _parent_key(self, key: NodeKey) -> NodeKey | None:
-        parent_id = self.lineage.nodes[key].parent_id
-        return None if parent_id is None else (key[0], parent_id)
-
-    def _post_order(self, root: NodeKey, loose: set[NodeKey]) -> list[NodeKey]:
-        order: list[NodeKey] = []
-        stack: list[tuple[NodeKey, bool]] = [(root, False)]
-        while stack:
-            key, expanded = stack.pop()
-            if expanded:
-                order.append(key)
-                continue
-            stack.append((key, True))
-            node = self.lineage.nodes[key]
-            stack.extend((k, False) for k in self._kids(node) if k in loose)
-        return order
-
     def _subtree_protection(self, root: NodeKey, keys: Sequence[NodeKey]) -> Protection | None:
-        parent_key = self._parent_key(root)
-        if (
-            parent_key is None
-            or parent_key not in self.lineage.nodes
-            or root[0] in self.broken_namespaces
-        ):
+        above = parent_key(self.lineage, root)
+        if above is None or above not in self.lineage.nodes or root[0] in self.broken_namespaces:
             return Protection.FORK_POINT_MISSING
         if not self.policy.prune_leaf_sibling_branches:
             return Protection.NOT_ENABLED

@@ -10,7 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
-from retaining_saver._rules._lineage import CheckpointNode, Lineage, NodeKey, Protection, Reason
+from retaining_saver._rules._lineage import (
+    DELTA_METADATA_KEY,
+    CheckpointNode,
+    Lineage,
+    NodeKey,
+    Protection,
+    Reason,
+)
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._runs import is_persistent, walk
 
@@ -28,6 +35,8 @@ class _AncestorReads:
     pre_v4: bool
     ns_scope: set[NodeKey]
     replays_memory: bool
+    removed: set[NodeKey]
+    taken: set[NodeKey]
 
     def _walks(
         self,
@@ -83,10 +92,36 @@ class _AncestorReads:
                 rescued.update(walked)
                 removed = {k: r for k, r in removed.items() if k not in walked}
             needed = self._sends_parents(removed) | self._replay_parents(removed)
+            needed = needed or self._last_namers(removed)
             if not needed:
                 return removed, materialise
             rescued.update(needed)
             removed = {k: r for k, r in removed.items() if k not in needed}
+
+    def _last_namers(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
+        """For a delta channel that only checkpoints in `removed` name, while one that
+        stays does not store it: the newest of them, with what of `removed` is above it.
+
+        The walks are told from the channels the thread's metadata names (LangGraph
+        names them at each checkpoint that does not store them): were none left to
+        name one, the next pass would judge the walks through what stays as none,
+        and remove what they read.
+        """
+        needed: dict[NodeKey, Protection] = {}
+        gone = removed.keys() | self.removed | self.taken
+        stays = [n for k, n in self.lineage.nodes.items() if k not in gone]
+        for channel in sorted(self.delta):
+            if any(_names(n, channel) for n in stays) or not any(
+                channel in n.channel_versions and channel not in (n.stored or ()) for n in stays
+            ):
+                continue
+            namers = [k for k in removed if _names(self.lineage.nodes[k], channel)]
+            protection, key = Protection.DELTA_HISTORY, max(namers, default=None)
+            while key is not None and key in removed:
+                needed[key] = protection
+                parent_id = self.lineage.nodes[key].parent_id
+                protection, key = Protection.ANCESTOR, (key[0], str(parent_id))
+        return needed
 
     def _sends_parents(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
         """The parents of `removed` that a kept pre-v4 checkpoint reads its pending sends
@@ -191,3 +226,9 @@ def moves_fork_memory(lineage: Lineage, link: CheckpointNode, kids: Iterable[Nod
         ns != ROOT_NAMESPACE and is_persistent(ns) and floor <= cid < link.checkpoint_id
         for ns, cid in lineage.nodes
     )
+
+
+def _names(node: CheckpointNode, channel: str) -> bool:
+    """Whether `node`'s metadata names `channel` as a delta channel."""
+    counters = node.metadata.get(DELTA_METADATA_KEY)
+    return isinstance(counters, Mapping) and channel in counters

@@ -97,3 +97,25 @@ def compactable_steps(run: Sequence[CheckpointNode]) -> list[CheckpointNode]:
         return []
     loops = [n for n in run if n.metadata.get("source") == "loop"]
     return loops[1:-1]
+
+
+def parent_key(lineage: Lineage, key: NodeKey) -> NodeKey | None:
+    """The key `key`'s checkpoint names as its parent (a row maybe missing), or None."""
+    parent_id = lineage.nodes[key].parent_id
+    return None if parent_id is None else (key[0], parent_id)
+
+
+def post_order(
+    children: Mapping[NodeKey, Sequence[NodeKey]], root: NodeKey, within: set[NodeKey]
+) -> list[NodeKey]:
+    """`root` and its descendants in `within`, each after all its children."""
+    order: list[NodeKey] = []
+    stack: list[tuple[NodeKey, bool]] = [(root, False)]
+    while stack:
+        key, expanded = stack.pop()
+        if expanded:
+            order.append(key)
+            continue
+        stack.append((key, True))
+        stack.extend((k, False) for k in children.get(key, []) if k in within)
+    return order

@@ -384,6 +384,21 @@ def test_is_clone_fails_closed_on_an_unloaded_stored_fact() -> None:
     assert is_clone(replace(node, stored=frozenset()), loaded)
 
 
+def test_is_clone_fails_closed_on_an_unloaded_format_version() -> None:
+    """`format_version` None means not loaded: it is not taken as current, so it never
+    matches a loaded format; and a clone has its parent's format (below 4 its pending
+    sends are read from its parent's writes)."""
+    thread = Thread()
+    run = thread.run(None)
+    head = thread.leaf(run[-1])
+    node, parent = thread.node(head), thread.node(run[-1])
+    current = replace(parent, format_version=4)
+    assert not is_clone(replace(node, format_version=None), current)
+    assert not is_clone(replace(node, format_version=4), replace(parent, format_version=None))
+    assert not is_clone(replace(node, format_version=3), current)
+    assert is_clone(replace(node, format_version=4), current)
+
+
 def test_duration_leaf_with_writes_is_kept_as_pending_writes() -> None:
     thread = Thread()
     run = thread.run(None)
