@@ -52,7 +52,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base.id import uuid6
 
 from retaining_saver import RetainingSaver
-from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver._run_reads import RUNTIME_KEY
 from retaining_saver.testing import awrite_duration_leaf
 
 SMALL, BIG = 10, 10_000

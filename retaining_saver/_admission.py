@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -35,7 +35,6 @@ from retaining_saver._effects import (
     Offload,
     Run,
 )
-from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import (
     CheckpointNode,
     LeafFacts,
@@ -44,13 +43,9 @@ from retaining_saver._rules import (
     RetentionPolicy,
     Skip,
 )
+from retaining_saver._run_reads import run_selectors
 from retaining_saver.backends._base import Backend, Op, T
 from retaining_saver.backends._head_reader import HeadReader, OneRoundBackend
-
-# LangGraph marks the reads of its run loop with this `configurable` key;
-# tests/admission/test_admission_bounds.py (test_runtime_key_is_langgraphs) pins it against
-# the installed LangGraph.
-RUNTIME_KEY = "__pregel_runtime"
 
 logger = logging.getLogger("retaining_saver")
 
@@ -99,23 +94,6 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
 def _namespace(config: RunnableConfig) -> str:
     ns: str = config.get("configurable", {}).get("checkpoint_ns", "")
     return ns
-
-
-def run_selectors(config: RunnableConfig) -> frozenset[str]:
-    """Checkpoint ids a run's config addresses: its `checkpoint_id` and `checkpoint_map`."""
-    configurable = config.get("configurable", {})
-    ids = set(map_selectors(config))
-    if checkpoint_id := configurable.get("checkpoint_id"):
-        ids.add(str(checkpoint_id))
-    return frozenset(ids)
-
-
-def map_selectors(config: RunnableConfig) -> frozenset[str]:
-    """The ids a run's `checkpoint_map` addresses (its parent graphs' checkpoints)."""
-    checkpoint_map = config.get("configurable", {}).get("checkpoint_map")
-    if not isinstance(checkpoint_map, Mapping):
-        return frozenset()
-    return frozenset(str(v) for v in checkpoint_map.values() if v)
 
 
 _STACK_ENDS = frozenset(
@@ -407,22 +385,6 @@ def _built_or_read(
     return found
 
 
-class RunTracker:
-    """Tells a run's first checkpoint read from its later ones.
-
-    A run pinned to a `checkpoint_id` also reads "latest" later (to see whether
-    its target was superseded); only a run whose *first* read is unpinned is
-    being admitted. Runs are told apart by their runtime object; the most
-    recent `size` are remembered, strongly, so an id is never reused while kept.
-    """
-
-    def __init__(self, size: int = 1024) -> None:
-        self._seen: BoundedLru[int, Any] = BoundedLru(size)
-
-    def first_read(self, runtime: Any) -> bool:
-        return self._seen.put(id(runtime), runtime) is not runtime
-
-
 def head_skip(
     head: CheckpointTuple | None, policy: RetentionPolicy, config: RunnableConfig
 ) -> Skip | None:
@@ -435,24 +397,3 @@ def head_skip(
     if not _rules.may_have_marker(head.metadata, policy):
         return Skip.NOT_A_DURATION_LEAF
     return _rules.leaf_skip(node_of(head), policy, run_selectors(config))
-
-
-def is_admission_read(config: RunnableConfig, runs: RunTracker) -> bool:
-    """Whether `config` is the first read of a LangGraph run in the root graph.
-
-    A run pinned to a `checkpoint_id` (a regenerate, a resume from a held id)
-    is admitted too: the thread's trailing stamp is as redundant as before any
-    run, and the thread without stamps never had it. A run pinned to the stamp
-    itself then starts from its clone, which holds the same state, as the
-    stamp's id resolves there; its `checkpoint_map` selectors are protected.
-    """
-    configurable = config.get("configurable", {})
-    runtime = configurable.get(RUNTIME_KEY)
-    if runtime is None:
-        return False
-    return runs.first_read(runtime) and not configurable.get("checkpoint_ns", "")
-
-
-def is_pinned(config: RunnableConfig) -> bool:
-    """Whether `config` names a `checkpoint_id`."""
-    return bool(config.get("configurable", {}).get("checkpoint_id"))

@@ -15,7 +15,7 @@ from typing import Literal
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from retaining_saver import _admission
+from retaining_saver import _admission, _run_reads
 from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._effects import Flow, Lookup
@@ -44,7 +44,7 @@ class AdmittingMixin:
         self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
     ) -> Flow[Admitted]:
         assert self.backend is not None  # _is_admission said so
-        protected = _admission.run_selectors(config)
+        protected = _run_reads.run_selectors(config)
         flow = _admission.admit_read(
             thread_id, config, self.backend, self.policy, protected, head, self.one_round
         )

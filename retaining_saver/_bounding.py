@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from retaining_saver import _admission
+from retaining_saver import _run_reads
 from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._effects import Flow, Lookup
@@ -240,7 +240,7 @@ class BoundingMixin:
         if result.skipped is Skip.EMPTY_THREAD:
             self.rooms.left(thread_id, policy.history_keep_runs or 0, None)
             return result, False
-        protected = _admission.run_selectors(config)
+        protected = _run_reads.run_selectors(config)
         if protected:
             merged = policy.protect_checkpoint_ids | protected
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)

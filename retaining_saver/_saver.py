@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from retaining_saver import _admission
+from retaining_saver import _admission, _run_reads
 from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
@@ -213,7 +213,7 @@ class RetainingSaver(
         # same round (see `_one_round_marker`); None: read first, take second.
         self.one_round = self._one_round_marker()
         # Tells a run's first read (its admission) from its later ones.
-        self._runs = _admission.RunTracker()
+        self._runs = _run_reads.RunTracker()
         # Re-reads unpinned heads that vanished while they hydrated (None: not asked for).
         self.retry = self._read_retry()
         # Leaf-shaped checkpoints reads returned, which a write on them would keep.
@@ -302,9 +302,9 @@ class RetainingSaver(
         if not self._is_admission(config):
             return self._pinned_result(config, (yield from self._read(config)))
         thread_id = str(config["configurable"]["thread_id"])
-        if _admission.is_pinned(config):
+        if _run_reads.is_pinned(config):
             # A pinned run: clean up as an explicit admission would, then read its target.
-            flow = self._explicit(thread_id, config, _admission.map_selectors(config))
+            flow = self._explicit(thread_id, config, _run_reads.map_selectors(config))
             self._account(config, (yield Locked(thread_id, self._remembering(config, flow))))
             return self._pinned_result(config, (yield from self._read(config)))
         # The admission read: unless it takes a leaf as it reads, only a head shaped like
@@ -370,7 +370,7 @@ class RetainingSaver(
             return False
         if not isinstance(config.get("configurable", {}).get("thread_id"), str):
             return False  # the bare saver judges such a read for itself
-        if not _admission.is_admission_read(config, self._runs):
+        if not _run_reads.is_admission_read(config, self._runs):
             return False
         return not self.accounts.backing_off()
 

@@ -26,7 +26,8 @@ from retaining_saver._rules._idle import IdleVerdict, ThreadHead, age_verdict
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_thread
 from retaining_saver.backends._base import Mode
-from retaining_saver.backends._sweep import SweepStore, store_for
+from retaining_saver.backends._sweep import SweepStore
+from retaining_saver.backends._sweep_stores import store_for
 
 if TYPE_CHECKING:
     from retaining_saver._saver import RetainingSaver

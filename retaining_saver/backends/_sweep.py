@@ -164,18 +164,3 @@ def locked_act(
     if head is None or head.checkpoint_id != judged_id or head.write_count != judged_writes:
         return Held.CHANGED
     return (yield from act())
-
-
-def store_for(backend: Backend) -> SweepStore:
-    """The `SweepStore` of `backend`'s kind of store."""
-    if backend.kind == "postgres":
-        from retaining_saver.backends._postgres_sweep import PostgresSweep
-
-        return PostgresSweep(backend)
-    if backend.kind == "sqlite":
-        from retaining_saver.backends._sqlite_sweep import SqliteSweep
-
-        return SqliteSweep(backend)
-    from retaining_saver.backends._memory_sweep import MemorySweep
-
-    return MemorySweep(backend)

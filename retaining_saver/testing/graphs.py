@@ -26,7 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
-from retaining_saver._admission import RUNTIME_KEY as _RUNTIME_KEY
+from retaining_saver._run_reads import RUNTIME_KEY as _RUNTIME_KEY
 
 Flavor = Literal["full", "delta"]
 FLAVORS: tuple[Flavor, ...] = ("full", "delta")

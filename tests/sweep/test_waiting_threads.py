@@ -15,7 +15,7 @@ from sweep_kit import IDLE_FOR, SweepClock, set_clock
 from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper, SweepOutcome
 from retaining_saver._rules._idle import waits_on_resume
 from retaining_saver._sweep_thread import _head_facts
-from retaining_saver.backends._sweep import store_for
+from retaining_saver.backends._sweep_stores import store_for
 from retaining_saver.testing.graphs import build_interrupt_graph, thread
 
 
