@@ -6,9 +6,10 @@ repeated), on the sync savers and on AsyncSqliteSaver and AsyncPostgresSaver, be
 twin thread that never had a pass.
 
 After every step: each root checkpoint the thread keeps loads the twin's values, `next`
-and tasks (interrupts included), the head goes on alike, and no parent dangles and no
-write or blob is orphaned. Forking from every kept turn (regenerating it from its input
-checkpoint) ends as on the twin.
+and tasks (interrupts included), the head goes on alike, an interrupted head keeps its
+whole run back to its input, and no parent dangles and no write or blob is orphaned.
+Forking from every kept turn (regenerating it from its input checkpoint) ends as on
+the twin.
 
 Run longer with, for example::
 
@@ -132,6 +133,15 @@ class ShapesMachine(RuleBasedStateMachine):
 
         return list(self._await(collect()))
 
+    def _head_run(self, thread_id: str) -> list[str]:
+        """The head's run, newest first, back to its input checkpoint."""
+        run: list[str] = []
+        for snapshot in self._history(thread_id):
+            run.append(snapshot.config["configurable"]["checkpoint_id"])
+            if snapshot.metadata.get("source") == "input":
+                break
+        return run
+
     def _ids(self, thread_id: str) -> list[str]:
         return sorted(s.config["configurable"]["checkpoint_id"] for s in self._history(thread_id))
 
@@ -197,6 +207,9 @@ class ShapesMachine(RuleBasedStateMachine):
             twin_head.next,
             _tasks(twin_head),
         )
+        if head.next:  # interrupted: its run is live, kept whole back to its input
+            mine = [self.to_twin[i] for i in self._head_run(self.kept)]
+            assert mine == self._head_run(self.twin), "an interrupted head lost its run"
         if self.loop is None:
             assert integrity(self.saver, self.kept).clean
         else:
