@@ -134,12 +134,17 @@ class ShapesMachine(RuleBasedStateMachine):
         return list(self._await(collect()))
 
     def _head_run(self, thread_id: str) -> list[str]:
-        """The head's run, newest first, back to its input checkpoint."""
+        """The head's run, newest first: its chain of parents back to its input."""
+        history = self._history(thread_id)
+        by_id = {s.config["configurable"]["checkpoint_id"]: s for s in history}
         run: list[str] = []
-        for snapshot in self._history(thread_id):
+        snapshot = history[0] if history else None
+        while snapshot is not None:
             run.append(snapshot.config["configurable"]["checkpoint_id"])
+            parent = (snapshot.parent_config or {}).get("configurable", {})
             if snapshot.metadata.get("source") == "input":
                 break
+            snapshot = by_id.get(parent.get("checkpoint_id"))
         return run
 
     def _ids(self, thread_id: str) -> list[str]:
