@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
+from law_kit import pair_new_ids
 from savers import open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -153,11 +154,7 @@ class ShapesMachine(RuleBasedStateMachine):
     def _both(self, write: Callable[[str], Any]) -> None:
         for thread_id in (self.kept, self.twin):
             write(thread_id)
-        mine = [i for i in self._ids(self.kept) if i not in self.to_twin]
-        known = set(self.to_twin.values())
-        theirs = [i for i in self._ids(self.twin) if i not in known]
-        assert len(mine) == len(theirs), "the twins wrote different checkpoints"
-        self.to_twin.update(zip(mine, theirs, strict=True))
+        pair_new_ids(self.to_twin, self._ids(self.kept), self._ids(self.twin))
 
     # Operations
 
