@@ -220,3 +220,13 @@ def first_difference(left: Sequence[Any], right: Sequence[Any]) -> str:
         if a != b:
             return f"entry {i} differs:\n  reference {a}\n  retained  {b}"
     return f"lengths differ: reference {len(left)}, retained {len(right)}"
+
+
+def pair_new_ids(to_twin: dict[str, str], mine: Iterable[str], theirs: Iterable[str]) -> None:
+    """Map the kept thread's ids that `to_twin` does not know yet to the twin's new ids, in
+    order: both threads wrote the same operations, so the same checkpoints."""
+    new_mine = sorted(i for i in mine if i not in to_twin)
+    known = set(to_twin.values())
+    new_theirs = sorted(i for i in theirs if i not in known)
+    assert len(new_mine) == len(new_theirs), "the twins wrote different checkpoints"
+    to_twin.update(zip(new_mine, new_theirs, strict=True))

@@ -27,6 +27,7 @@ from compaction_kit import memory_graph
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from law_kit import pair_new_ids
 from savers import open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -75,11 +76,7 @@ class HistoryMachine(RuleBasedStateMachine):
     def _both(self, write: Any) -> None:
         for thread_id in (self.kept, self.twin):
             write(thread_id)
-        mine = [i for i in self._ids(self.kept) if i not in self.to_twin]
-        known = set(self.to_twin.values())
-        theirs = [i for i in self._ids(self.twin) if i not in known]
-        assert len(mine) == len(theirs), "the twins wrote different checkpoints"
-        self.to_twin.update(zip(mine, theirs, strict=True))
+        pair_new_ids(self.to_twin, self._ids(self.kept), self._ids(self.twin))
 
     # Operations
 

@@ -6,9 +6,10 @@ repeated), on the sync savers and on AsyncSqliteSaver and AsyncPostgresSaver, be
 twin thread that never had a pass.
 
 After every step: each root checkpoint the thread keeps loads the twin's values, `next`
-and tasks (interrupts included), the head goes on alike, and no parent dangles and no
-write or blob is orphaned. Forking from every kept turn (regenerating it from its input
-checkpoint) ends as on the twin.
+and tasks (interrupts included), the head goes on alike, an interrupted head keeps its
+whole run back to its input, and no parent dangles and no write or blob is orphaned.
+Forking from every kept turn (regenerating it from its input checkpoint) ends as on
+the twin.
 
 Run longer with, for example::
 
@@ -33,6 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
+from law_kit import pair_new_ids
 from savers import open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -132,17 +134,27 @@ class ShapesMachine(RuleBasedStateMachine):
 
         return list(self._await(collect()))
 
+    def _head_run(self, thread_id: str) -> list[str]:
+        """The head's run, newest first: its chain of parents back to its input."""
+        history = self._history(thread_id)
+        by_id = {s.config["configurable"]["checkpoint_id"]: s for s in history}
+        run: list[str] = []
+        snapshot = history[0] if history else None
+        while snapshot is not None:
+            run.append(snapshot.config["configurable"]["checkpoint_id"])
+            parent = (snapshot.parent_config or {}).get("configurable", {})
+            if snapshot.metadata.get("source") == "input":
+                break
+            snapshot = by_id.get(parent.get("checkpoint_id"))
+        return run
+
     def _ids(self, thread_id: str) -> list[str]:
         return sorted(s.config["configurable"]["checkpoint_id"] for s in self._history(thread_id))
 
     def _both(self, write: Callable[[str], Any]) -> None:
         for thread_id in (self.kept, self.twin):
             write(thread_id)
-        mine = [i for i in self._ids(self.kept) if i not in self.to_twin]
-        known = set(self.to_twin.values())
-        theirs = [i for i in self._ids(self.twin) if i not in known]
-        assert len(mine) == len(theirs), "the twins wrote different checkpoints"
-        self.to_twin.update(zip(mine, theirs, strict=True))
+        pair_new_ids(self.to_twin, self._ids(self.kept), self._ids(self.twin))
 
     # Operations
 
@@ -197,6 +209,9 @@ class ShapesMachine(RuleBasedStateMachine):
             twin_head.next,
             _tasks(twin_head),
         )
+        if head.next:  # interrupted: its run is live, kept whole back to its input
+            mine = [self.to_twin[i] for i in self._head_run(self.kept)]
+            assert mine == self._head_run(self.twin), "an interrupted head lost its run"
         if self.loop is None:
             assert integrity(self.saver, self.kept).clean
         else:
