@@ -212,15 +212,22 @@ class Lineage:
 
     thread_id: str
     nodes: Mapping[NodeKey, CheckpointNode]
+    stores_whole: bool = True
+    """Whether the store can hold a DeltaChannel's value whole (LangGraph's snapshot), as a
+    pass that materialises one at a new root needs: a fact of the installed
+    langgraph-checkpoint, which the backend that loads the lineage supplies. Without it,
+    no value is materialised and every walk a kept checkpoint reads stays."""
 
     @classmethod
-    def of(cls, thread_id: str, nodes: Iterable[CheckpointNode]) -> Lineage:
-        return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes})
+    def of(
+        cls, thread_id: str, nodes: Iterable[CheckpointNode], *, stores_whole: bool = True
+    ) -> Lineage:
+        return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes}, stores_whole)
 
     def with_stored(self, stored: Mapping[NodeKey, frozenset[str]]) -> Lineage:
         """This lineage, each node knowing which channels are stored at it."""
         nodes = {k: replace(n, stored=stored.get(k, frozenset())) for k, n in self.nodes.items()}
-        return Lineage(self.thread_id, nodes)
+        return replace(self, nodes=nodes)
 
     def children(self) -> dict[NodeKey, list[NodeKey]]:
         found: dict[NodeKey, list[NodeKey]] = {}

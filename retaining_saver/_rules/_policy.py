@@ -91,7 +91,7 @@ class RetentionPolicy:
     delta_graph: Pregel[Any, Any, Any, Any] | None = None
     materializable: frozenset[str] = field(init=False, default=frozenset())
     """The root namespace's DeltaChannels `delta_graph` declares: whose values a pass may
-    materialise."""
+    materialise, where the store can hold them whole (`Lineage.stores_whole`)."""
 
     @property
     def history_rules(self) -> bool:
@@ -147,10 +147,4 @@ def _delta_channels_of(graph: Any) -> frozenset[str]:
         )
     from langgraph.channels import DeltaChannel
 
-    from retaining_saver.backends import _upstream
-
-    try:
-        _upstream.delta_snapshot(None)
-    except ImportError:  # no snapshot type to store a value as: keep the walks instead
-        return frozenset()
     return frozenset(name for name, spec in channels.items() if isinstance(spec, DeltaChannel))

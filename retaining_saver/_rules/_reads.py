@@ -57,7 +57,7 @@ class _AncestorReads:
         root = self._new_root(line, removed)
         if root is not None:
             needed = self._unstored(self.lineage.nodes[root])
-            if needed and set(needed) <= self.policy.materializable:
+            if needed and self.lineage.stores_whole and set(needed) <= self.policy.materializable:
                 materialise[root] = tuple(sorted(needed))
         walked: dict[NodeKey, Protection] = {}
         todo = list(kept)

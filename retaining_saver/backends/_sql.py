@@ -23,6 +23,7 @@ from retaining_saver._rules import CheckpointNode, Lineage
 from retaining_saver.backends._base import Integrity, Op
 from retaining_saver.backends._head_reader import HeadReader
 from retaining_saver.backends._stats import StorageStats, TableStats
+from retaining_saver.backends._upstream import stores_delta_snapshots
 
 Row = dict[str, Any]
 
@@ -94,7 +95,8 @@ class SqlBackend(HeadReader):
 
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
         rows = yield Statement(self.sql.select_lineage, (str(thread_id),), fetch=True)
-        lineage = Lineage.of(thread_id, (self._node(r, r["write_count"]) for r in rows))
+        nodes = (self._node(r, r["write_count"]) for r in rows)
+        lineage = Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
         return (yield from self._with_stored(lineage))
 
     def _with_stored(self, lineage: Lineage) -> Op[Lineage]:

@@ -29,7 +29,7 @@ from retaining_saver.backends._base import (
 )
 from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
 from retaining_saver.backends._memory_stats import MemoryStats
-from retaining_saver.backends._upstream import delta_snapshot
+from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
 from retaining_saver.backends._upstream.tuples import memory_tuple
 
 Statement = Callable[[], Any]
@@ -114,7 +114,7 @@ class MemoryBackend(MemoryStats, MemoryThreads):
 
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
         nodes = yield lambda: list(self._iter_nodes(thread_id))
-        return Lineage.of(thread_id, nodes)
+        return Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
 
     def load_nodes(
         self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]

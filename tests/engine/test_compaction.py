@@ -223,6 +223,34 @@ def test_delta_threads_keep_every_value(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_without_a_snapshot_type_the_walks_stay(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a langgraph-checkpoint with no type to store a DeltaChannel value whole, the
+    backend says so with the lineage (`stores_whole`): a horizon with `delta_graph` then
+    materialises nothing, and every kept checkpoint loads what it loaded before."""
+    for module in ("retaining_saver.backends._sql", "retaining_saver.backends.memory"):
+        monkeypatch.setattr(f"{module}.stores_delta_snapshots", lambda: False)
+    with open_sync(kind, request) as saver:
+        graph = chat_graph(saver, "delta")
+        for i in range(6):
+            graph.invoke(turn(i), thread(KEPT))
+        before = {
+            s.config["configurable"]["checkpoint_id"]: (s.values, s.next)
+            for s in graph.get_state_history(thread(KEPT))
+        }
+        policy = dataclasses.replace(DELTA_POLICIES["horizon-0"], delta_graph=graph)
+        report = run_pass(saver, policy)
+        assert not report.materialised
+        after = {
+            s.config["configurable"]["checkpoint_id"]: (s.values, s.next)
+            for s in graph.get_state_history(thread(KEPT))
+        }
+        assert after == {cid: before[cid] for cid in after}
+        assert integrity(saver, KEPT).clean
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_explicit_ids_keep_their_whole_chain(kind: str, request: pytest.FixtureRequest) -> None:
     with open_sync(kind, request) as saver:
         twins = Twins.write(SHAPES[0], saver)

@@ -17,6 +17,7 @@ Deletions and the lineage reads use only the tables' documented columns.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from importlib import metadata
@@ -63,11 +64,22 @@ def delta_snapshot(value: Any) -> Any:
 
     Raises:
         ImportError: If the installed langgraph-checkpoint has no such type; values
-            are then never materialised (see `RetentionPolicy.materializable`).
+            are then never materialised (see `Lineage.stores_whole`).
     """
     from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
     return _DeltaSnapshot(value)
+
+
+@functools.cache
+def stores_delta_snapshots() -> bool:
+    """Whether the installed langgraph-checkpoint has the type `delta_snapshot` stores a
+    value as (a lineage's `stores_whole`)."""
+    try:
+        delta_snapshot(None)
+    except ImportError:
+        return False
+    return True
 
 
 def delta_value(spec: Any, history: Mapping[str, Any]) -> tuple[bool, Any]:
