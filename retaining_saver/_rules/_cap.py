@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retaining_saver._rules._history import _History, _HistoryUnit
+from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
-from retaining_saver._rules._lineage import Deletion, NodeKey
+from retaining_saver._rules._lineage import Deletion, HistoryUnit, NodeKey
 from retaining_saver._rules._runs import root_of
 
 
-def capped(history: _History, room: int | None) -> tuple[list[_HistoryUnit], list[_HistoryUnit]]:
+def capped(history: _History, room: int | None) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
     """The history units that fit in `room` deletions, and the ones deferred.
 
     Whole units go first, in order; the first that does not fit gives the
@@ -28,7 +28,7 @@ def capped(history: _History, room: int | None) -> tuple[list[_HistoryUnit], lis
     """
     if room is None:
         return list(history.units), []
-    taken: list[_HistoryUnit] = []
+    taken: list[HistoryUnit] = []
     for index, unit in enumerate(history.units):
         if len(unit.deletions) <= room:
             taken.append(unit)
@@ -36,12 +36,12 @@ def capped(history: _History, room: int | None) -> tuple[list[_HistoryUnit], lis
             continue
         part = newest_part(history, unit, room)
         done = set() if part is None else {_key(d) for d in part.deletions}
-        rest = _HistoryUnit([d for d in unit.deletions if _key(d) not in done])
+        rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
         return [*taken, *([part] if part else [])], [rest, *history.units[index + 1 :]]
     return taken, []
 
 
-def newest_part(history: _History, unit: _HistoryUnit, room: int) -> _HistoryUnit | None:
+def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit | None:
     """The largest prefix of `unit`'s deletions in its lead namespace (the root's, if it
     has any), with the subgraph checkpoints written under them, that fits in `room` and
     leaves every checkpoint still to go on its parent; None if none does.
@@ -73,7 +73,7 @@ def _leaves_parents(history: _History, keys: Sequence[NodeKey], chosen: set[Node
 
 
 def _bares_writes(
-    history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey], part: _HistoryUnit
+    history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey], part: HistoryUnit
 ) -> bool:
     """Whether a checkpoint of `keys` left for later loses its last child to `part` (no
     graft gives it another): one that owns writes would then look like an interrupted
@@ -88,10 +88,10 @@ def _bares_writes(
     )
 
 
-def _replanned(history: _History, chosen: set[NodeKey]) -> _HistoryUnit | None:
+def _replanned(history: _History, chosen: set[NodeKey]) -> HistoryUnit | None:
     """`chosen` as one unit, each namespace's stretches closed by a graft or root; None
     where a pre-v4 checkpoint grafted would read other pending sends."""
-    merged = _HistoryUnit([])
+    merged = HistoryUnit([])
     for ns in sorted({k[0] for k in chosen}):
         line = history.lines[ns]
         history.on_line = set(line)

@@ -4,7 +4,6 @@ subgraph namespaces with their root runs; DeltaChannel walks. No I/O."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from retaining_saver._rules._leaf import (
@@ -16,6 +15,7 @@ from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
     Graft,
+    HistoryUnit,
     Lineage,
     NodeKey,
     Protection,
@@ -34,25 +34,6 @@ from retaining_saver._rules._runs import (
     root_of,
     split_runs,
 )
-
-
-@dataclass
-class _HistoryUnit:
-    """What a history rule removes in one piece: a stretch with the graft or root that
-    closes the gap, or a branch; and the subgraph checkpoints that go with them.
-
-    `deletions` run children first: the branches forked inside a stretch, then
-    the stretch itself from the kept child's side up.
-    """
-
-    deletions: list[Deletion]
-    grafts: list[Graft] = field(default_factory=list)
-    roots: list[Root] = field(default_factory=list)
-
-    def absorb(self, other: _HistoryUnit) -> None:
-        self.deletions += other.deletions
-        self.grafts += other.grafts
-        self.roots += other.roots
 
 
 class _History(_AncestorReads):
@@ -96,7 +77,7 @@ class _History(_AncestorReads):
         self.removed: set[NodeKey] = set()
         self.reasons: dict[NodeKey, Reason] = {}
         self.lines: dict[str, list[NodeKey]] = {}
-        self.units: list[_HistoryUnit] = []
+        self.units: list[HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
         self.pre_v4 = any(
@@ -326,14 +307,14 @@ class _History(_AncestorReads):
 
     def _units(
         self, line: Sequence[NodeKey], removed: Mapping[NodeKey, Reason]
-    ) -> list[_HistoryUnit]:
+    ) -> list[HistoryUnit]:
         """Each removed stretch of the line with its graft or root; then lone removed branches.
 
         A namespace removed whole (its head too) is one unit, children first.
         """
         if line[-1] in removed:
-            return [_HistoryUnit(self._branch(line[0], removed))]
-        units: list[_HistoryUnit] = []
+            return [HistoryUnit(self._branch(line[0], removed))]
+        units: list[HistoryUnit] = []
         below, stretch = line[-1], list[NodeKey]()
         for key in reversed(line[:-1]):
             if key in removed:
@@ -349,7 +330,7 @@ class _History(_AncestorReads):
             for k in removed
             if k not in self.on_line and parent_key(self.lineage, k) not in removed
         ):
-            units.append(_HistoryUnit(self._branch(top, removed)))
+            units.append(HistoryUnit(self._branch(top, removed)))
         return units
 
     def _stretch(
@@ -358,7 +339,7 @@ class _History(_AncestorReads):
         stretch: Sequence[NodeKey],
         above: NodeKey | None,
         removed: Mapping[NodeKey, Reason],
-    ) -> _HistoryUnit:
+    ) -> HistoryUnit:
         branches = [
             d
             for key in stretch
@@ -373,9 +354,9 @@ class _History(_AncestorReads):
         )
         via = tuple(k[1] for k in stretch)
         if above is None:
-            return _HistoryUnit(branches + line, roots=[Root(child[0], child[1], via, reason)])
+            return HistoryUnit(branches + line, roots=[Root(child[0], child[1], via, reason)])
         graft = Graft(child[0], child[1], via, above[1], reason)
-        return _HistoryUnit(branches + line, grafts=[graft])
+        return HistoryUnit(branches + line, grafts=[graft])
 
     def _branch(self, top: NodeKey, removed: Mapping[NodeKey, Reason]) -> list[Deletion]:
         order = post_order(self.children, top, set(removed))
@@ -388,14 +369,14 @@ class _History(_AncestorReads):
             key[0], key[1], node.parent_id, reason, writes_consumed=node.write_count > 0
         )
 
-    def _tied(self, units: list[_HistoryUnit], unit: _HistoryUnit) -> list[_HistoryUnit]:
+    def _tied(self, units: list[HistoryUnit], unit: HistoryUnit) -> list[HistoryUnit]:
         """`units`, with a subgraph namespace's `unit` and every unit removing the root
         checkpoints its checkpoints were written under made one: capped, they go
         together or wait together."""
         nodes = self.lineage.nodes
         roots = {root_of(nodes[(d.checkpoint_ns, d.checkpoint_id)]) for d in unit.deletions}
         ties = [u for u in units if any(d.checkpoint_id in roots for d in u.deletions)]
-        merged = _HistoryUnit([])
+        merged = HistoryUnit([])
         for tie in [*ties, unit]:
             merged.absorb(tie)
         rest = [u for u in units if all(u is not t for t in ties)]

@@ -278,3 +278,22 @@ class Skip(StrEnum):
     PERMISSION_DENIED = "permission-denied"
     FAILED = "failed"
     CLEANUP_DISABLED = "cleanup-disabled"
+
+
+@dataclass
+class HistoryUnit:
+    """What a history rule removes in one piece: a stretch with the graft or root that
+    closes the gap, or a branch; and the subgraph checkpoints that go with them.
+
+    `deletions` run children first: the branches forked inside a stretch, then
+    the stretch itself from the kept child's side up.
+    """
+
+    deletions: list[Deletion]
+    grafts: list[Graft] = field(default_factory=list)
+    roots: list[Root] = field(default_factory=list)
+
+    def absorb(self, other: HistoryUnit) -> None:
+        self.deletions += other.deletions
+        self.grafts += other.grafts
+        self.roots += other.roots
