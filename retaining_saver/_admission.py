@@ -88,6 +88,7 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
         write_count=len(value.pending_writes or ()),
         metadata=value.metadata,
         ts=checkpoint.get("ts", ""),
+        format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
     )
 
 

@@ -98,6 +98,7 @@ class OwnStamps:
             write_count=0,
             metadata=stored,
             ts=checkpoint["ts"],
+            format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
         )
 
     def peek(self, thread_id: str) -> CheckpointNode | None:

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from retaining_saver import RetainingSaver
-from retaining_saver._admission import RUNTIME_KEY
+from retaining_saver._run_reads import RUNTIME_KEY
 
 DRIVERS = frozenset({"adrive", "drive"})
 """The functions that send a flow its answers, in `retaining_saver/_effects.py`."""

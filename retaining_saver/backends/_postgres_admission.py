@@ -67,6 +67,7 @@ def _parent_of(row: Row, params: Mapping[str, Any]) -> CheckpointNode | None:
         write_count=len(row["pending_writes"] or ()),
         metadata=row["metadata"] or {},
         ts=stored.get("ts") or "",
+        format_version=CheckpointNode.format_version_of(stored.get("v")),
     )
 
 
