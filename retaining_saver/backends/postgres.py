@@ -172,10 +172,9 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         """
         if isinstance(self.saver, PostgresSaver):
             return await asyncio.to_thread(self.run, op, mode)
-        op = self._ready(op, mode)
         async with self._atransaction(mode) as cur:
             try:
-                statement = next(op)
+                statement = next(op := self._ready(op, mode))
                 while True:
                     statement = op.send(await _aexecute(cur, statement))
             except StopIteration as done:
@@ -185,11 +184,11 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
 
     @contextmanager
     def _transaction(self, mode: Mode) -> Iterator[Cursor[DictRow]]:
-        """The sync saver's cursor, in the transaction `run` runs `mode` in."""
+        """The sync saver's cursor, in the transaction `run` runs `mode` in; the saver's
+        pipeline is synced first, so that the transaction takes in nothing it queued."""
         saver = cast(PostgresSaver, self.saver)
         with saver._cursor() as cur:
             if saver.pipe:
-                # The transaction must not take in what the pipeline queued before it.
                 saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             with nullcontext() if each else cur.connection.transaction():
