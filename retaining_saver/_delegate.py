@@ -178,8 +178,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
     # Context-manager use
 
     def __enter__(self) -> Self:
-        enter = getattr(self.inner, "__enter__", None)
-        if enter is not None:
+        if (enter := getattr(self.inner, "__enter__", None)) is not None:
             enter()
         return self
 
@@ -188,8 +187,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         return None if leave is None else bool(leave(*exc_info))
 
     async def __aenter__(self) -> Self:
-        enter = getattr(self.inner, "__aenter__", None)
-        if enter is not None:
+        if (enter := getattr(self.inner, "__aenter__", None)) is not None:
             await enter()
         return self
 
@@ -203,9 +201,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         # Through this wrapper's get_tuple only where the bare saver reads through its own.
         if not answers_by_own_default(self.inner, "get"):
             return self.inner.get(config)
-        if value := self.get_tuple(config):
-            return value.checkpoint
-        return None
+        return value.checkpoint if (value := self.get_tuple(config)) else None
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.inner.get_tuple(config)
@@ -276,9 +272,7 @@ class DelegatingSaver(BaseCheckpointSaver[Any]):
         # As in `get`.
         if not answers_by_own_default(self.inner, "aget"):
             return await self.inner.aget(config)
-        if value := await self.aget_tuple(config):
-            return value.checkpoint
-        return None
+        return value.checkpoint if (value := await self.aget_tuple(config)) else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self.inner.aget_tuple(config)

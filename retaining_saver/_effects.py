@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -250,8 +250,7 @@ def drive(flow: Flow[T], performer: Performer) -> T:
             else:
                 effect = flow.send(answer)
     except StopIteration as done:
-        result: T = done.value
-        return result
+        return cast(T, done.value)
 
 
 async def adrive(flow: Flow[T], performer: Performer) -> T:
@@ -269,5 +268,4 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
             else:
                 effect = flow.send(answer)
     except StopIteration as done:
-        result: T = done.value
-        return result
+        return cast(T, done.value)

@@ -46,6 +46,15 @@ class _Registry(Generic[L]):
             if not entry.users:
                 del self.entries[thread_id]
 
+    @contextmanager
+    def using(self, thread_id: str) -> Iterator[_Entry[L]]:
+        """`thread_id`'s entry, entered for as long as the block runs."""
+        entry = self.enter(thread_id)
+        try:
+            yield entry
+        finally:
+            self.leave(thread_id, entry)
+
 
 class ThreadLocks:
     """A `threading.Lock` per thread id for sync callers, an `asyncio.Lock` per
@@ -81,35 +90,22 @@ class ThreadLocks:
     @contextmanager
     def try_hold(self, thread_id: str) -> Iterator[bool]:
         """Hold `thread_id`'s sync lock if it is free; yields whether it was."""
-        entry = self._sync.enter(thread_id)
-        try:
-            got = entry.lock.acquire(blocking=False)
-            try:
-                yield got
-            finally:
-                if got:
-                    entry.lock.release()
-        finally:
-            self._sync.leave(thread_id, entry)
+        with (
+            self._sync.using(thread_id) as entry,
+            _held_if(entry.lock, entry.lock.acquire(blocking=False)) as got,
+        ):
+            yield got
 
     @asynccontextmanager
     async def atry_hold(self, thread_id: str) -> AsyncIterator[bool]:
         """Hold `thread_id`'s lock for the running event loop if it is free (`async with`);
         yields whether it was."""
-        registry = self._loop_registry()
-        entry = registry.enter(thread_id)
-        try:
+        with self._loop_registry().using(thread_id) as entry:
             # A free lock with no waiters is taken without suspending: nobody can slip in.
-            got = not entry.lock.locked()
-            if got:
+            if got := not entry.lock.locked():
                 await entry.lock.acquire()
-            try:
+            with _held_if(entry.lock, got):
                 yield got
-            finally:
-                if got:
-                    entry.lock.release()
-        finally:
-            registry.leave(thread_id, entry)
 
     def ahold(self, thread_id: str) -> _AsyncHold:
         """Hold `thread_id`'s lock for the running event loop (`async with`)."""
@@ -122,6 +118,16 @@ class ThreadLocks:
             with self._guard:
                 registry = self._async.setdefault(loop, _Registry(self._guard, asyncio.Lock))
         return registry
+
+
+@contextmanager
+def _held_if(lock: threading.Lock | asyncio.Lock, got: bool) -> Iterator[bool]:
+    """Yields `got`, whether this caller took `lock`, and releases it afterwards if so."""
+    try:
+        yield got
+    finally:
+        if got:
+            lock.release()
 
 
 class _AsyncHold:

@@ -211,14 +211,15 @@ class MaintenanceMixin(StorageMixin):
         dry_run: bool,
         page_size: int,
     ) -> AsyncIterator[RetentionReport]:
-        if thread_ids is not None:
-            for thread_id in thread_ids:
-                yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
-            return
+        ids = _each(thread_ids) if thread_ids is not None else self._aall_threads(page_size)
+        async for thread_id in ids:
+            yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
+
+    async def _aall_threads(self, page_size: int) -> AsyncIterator[str]:
         backend, after = self._require_backend(), None
         while page := await backend.arun(backend.thread_ids(after, page_size), Mode.READ):
             for thread_id in page:
-                yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
+                yield thread_id
             after = page[-1]
 
     def prune(
@@ -323,3 +324,9 @@ def keep_latest_policy(delta_graph: Pregel[Any, Any, Any, Any] | None = None) ->
 def _check_page_size(page_size: int) -> None:
     if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+
+
+async def _each(thread_ids: Iterable[str]) -> AsyncIterator[str]:
+    """The ids of `thread_ids`, for an `async for` that may also page through the store."""
+    for thread_id in thread_ids:
+        yield thread_id

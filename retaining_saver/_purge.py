@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from retaining_saver._effects import Invalidate, Performer
+from retaining_saver._effects import Call, Flow, Invalidate, Performer, adrive, drive
 from retaining_saver._locks import ThreadLocks
 
 
@@ -27,56 +28,50 @@ class CachePurgeMixin:
         # Under the thread's lock: a reclaim in this process cannot record a reclaimed id
         # after the thread's records were forgotten.
         with self.locks.hold(str(thread_id)):
-            return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
+            return drive(self._deleting_thread(thread_id), self.performer)
 
     async def adelete_thread(self, thread_id: str) -> Any:
         async with self.locks.ahold(str(thread_id)):
-            return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
+            return await adrive(self._deleting_thread(thread_id), self.performer)
+
+    def _deleting_thread(self, thread_id: str) -> Flow[Any]:
+        inner = self.inner
+        return _purging([thread_id], Call(inner.delete_thread, inner.adelete_thread, (thread_id,)))
 
     def _inner_prune(self, thread_ids: Sequence[str], strategy: str) -> Any:
         """The inner saver's own `prune`, for a saver whose storage is not supported."""
-        return self._purging(
-            _thread_list(thread_ids), lambda: self.inner.prune(thread_ids, strategy=strategy)
-        )
+        return drive(self._inner_pruning(thread_ids, strategy), self.performer)
 
     async def _inner_aprune(self, thread_ids: Sequence[str], strategy: str) -> Any:
-        deleting = self.inner.aprune(thread_ids, strategy=strategy)
-        return await self._apurging(_thread_list(thread_ids), deleting)
+        return await adrive(self._inner_pruning(thread_ids, strategy), self.performer)
+
+    def _inner_pruning(self, thread_ids: Sequence[str], strategy: str) -> Flow[Any]:
+        prune = partial(self.inner.prune, thread_ids, strategy=strategy)
+        aprune = partial(self.inner.aprune, thread_ids, strategy=strategy)
+        return _purging(_thread_list(thread_ids), Call(prune, aprune))
 
     def _inner_delete_for_runs(self, run_ids: Sequence[str]) -> Any:
         """The inner saver's own `delete_for_runs`, for a saver whose storage is not
         supported: it may touch any thread, so every cache is purged."""
-        return self._purging([None], lambda: self.inner.delete_for_runs(run_ids))
+        return drive(self._inner_deleting_runs(run_ids), self.performer)
 
     async def _inner_adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
-        return await self._apurging([None], self.inner.adelete_for_runs(run_ids))
+        return await adrive(self._inner_deleting_runs(run_ids), self.performer)
 
-    def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
-        """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
-        for thread_id in thread_ids:
-            _purge(thread_id).perform(self.performer)
-        result = delete()
-        for thread_id in thread_ids:
-            _purge(thread_id).perform(self.performer)
-        return result
-
-    async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
-        try:
-            for thread_id in thread_ids:
-                await _purge(thread_id).aperform(self.performer)
-        except BaseException:
-            _discard(delete)
-            raise
-        result = await delete
-        for thread_id in thread_ids:
-            await _purge(thread_id).aperform(self.performer)
-        return result
+    def _inner_deleting_runs(self, run_ids: Sequence[str]) -> Flow[Any]:
+        inner = self.inner
+        return _purging([None], Call(inner.delete_for_runs, inner.adelete_for_runs, (run_ids,)))
 
 
-def _discard(awaitable: Awaitable[Any]) -> None:
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
+def _purging(thread_ids: Sequence[str | None], delete: Call) -> Flow[Any]:
+    """Purge the caches of `thread_ids` (None: all), `delete`, and purge again; answers
+    what `delete` answers."""
+    for thread_id in thread_ids:
+        yield _purge(thread_id)
+    result = yield delete
+    for thread_id in thread_ids:
+        yield _purge(thread_id)
+    return result
 
 
 def _purge(thread_id: str | None) -> Invalidate:

@@ -56,8 +56,7 @@ class WritesMixin(DelegatingSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id = self._lockable(config)
-        if thread_id is None:
+        if (thread_id := self._lockable(config)) is None:
             return super().put(config, checkpoint, metadata, new_versions)
         with self.locks.hold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
@@ -74,8 +73,7 @@ class WritesMixin(DelegatingSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id = self._lockable(config)
-        if thread_id is None:
+        if (thread_id := self._lockable(config)) is None:
             return await super().aput(config, checkpoint, metadata, new_versions)
         async with self.locks.ahold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
@@ -92,8 +90,7 @@ class WritesMixin(DelegatingSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id = self._lockable(config)
-        if thread_id is None:
+        if (thread_id := self._lockable(config)) is None:
             return super().put_writes(config, writes, task_id, task_path)
         with self.locks.hold(thread_id):
             config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
@@ -107,8 +104,7 @@ class WritesMixin(DelegatingSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id = self._lockable(config)
-        if thread_id is None:
+        if (thread_id := self._lockable(config)) is None:
             return await super().aput_writes(config, writes, task_id, task_path)
         async with self.locks.ahold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=False)

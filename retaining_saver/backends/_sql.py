@@ -34,11 +34,15 @@ class Statement:
 
     SQLite reads back every statement's rows, none for a statement without
     any; psycopg refuses to fetch those, so Postgres fetches only on `fetch`.
+    `prepare` is psycopg's: None prepares as the connection's `prepare_threshold`
+    says, False never (a statement run once, such as `CREATE INDEX`); SQLite
+    ignores it.
     """
 
     sql: str
     params: tuple[Any, ...] | Mapping[str, Any] = ()
     fetch: bool = False
+    prepare: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

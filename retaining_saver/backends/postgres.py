@@ -37,9 +37,11 @@ through the drivers here (`run`, `arun`, by `_execute`, `_aexecute`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
+from functools import partial
+from typing import cast
 
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -47,7 +49,7 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import CheckpointNode
-from retaining_saver.backends._base import Mode, Op, T, on_saver_loop
+from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
@@ -122,12 +124,12 @@ INSUFFICIENT_PRIVILEGE = "42501"
 
 
 def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
-    cur.execute(statement.sql, statement.params)
+    cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return cur.fetchall() if statement.fetch else []
 
 
 async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
-    await cur.execute(statement.sql, statement.params)
+    await cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return await cur.fetchall() if statement.fetch else []
 
 
@@ -155,52 +157,53 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """Carry out `op` on the saver's connection: a READ or GUARDED one statement per
         transaction where the connection autocommits, else (and a WRITE always) in one
-        transaction. An async saver runs it on its loop.
+        transaction. An async saver runs it on its loop."""
+        if isinstance(self.saver, AsyncPostgresSaver):
+            return on_saver_loop(self.saver.loop, None, lambda: self.arun(op, mode))
+        with self._transaction(mode) as cur:
+            return drive_statements(self._ready(op, mode), partial(_execute, cur))
 
-        The statements are fed to `_execute` right here, not through a shared
+    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+        """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread.
+
+        The statements are fed to `_aexecute` right here, not through a shared
         driver: a statement climbs no frame of ours between the flow and the
         cursor (`scripts/statement_frames.py`).
         """
-        saver = self.saver
-        if isinstance(saver, AsyncPostgresSaver):
-            return on_saver_loop(saver.loop, None, lambda: self.arun(op, mode))
-        op = self._ready(op, mode)
+        if isinstance(self.saver, PostgresSaver):
+            return await asyncio.to_thread(self.run, op, mode)
+        async with self._atransaction(mode) as cur:
+            try:
+                statement = next(op := self._ready(op, mode))
+                while True:
+                    statement = op.send(await _aexecute(cur, statement))
+            except StopIteration as done:
+                return cast(T, done.value)
+            finally:
+                op.close()
+
+    @contextmanager
+    def _transaction(self, mode: Mode) -> Iterator[Cursor[DictRow]]:
+        """The sync saver's cursor, in the transaction `run` runs `mode` in; the saver's
+        pipeline is synced first, so that the transaction takes in nothing it queued."""
+        saver = cast(PostgresSaver, self.saver)
         with saver._cursor() as cur:
             if saver.pipe:
-                # The transaction must not take in what the pipeline queued before it.
                 saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             with nullcontext() if each else cur.connection.transaction():
-                try:
-                    statement = next(op)
-                    while True:
-                        statement = op.send(_execute(cur, statement))
-                except StopIteration as done:
-                    result: T = done.value
-                    return result
-                finally:
-                    op.close()
+                yield cur
 
-    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread."""
-        saver = self.saver
-        if isinstance(saver, PostgresSaver):
-            return await asyncio.to_thread(self.run, op, mode)
-        op = self._ready(op, mode)
+    @asynccontextmanager
+    async def _atransaction(self, mode: Mode) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """`_transaction`, for the async saver."""
+        saver = cast(AsyncPostgresSaver, self.saver)
         async with saver._cursor() as cur:
             if saver.pipe:
                 await saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             async with nullcontext() if each else cur.connection.transaction():
-                try:
-                    statement = next(op)
-                    while True:
-                        statement = op.send(await _aexecute(cur, statement))
-                except StopIteration as done:
-                    result: T = done.value
-                    return result
-                finally:
-                    op.close()
+                yield cur
 
     def _ready(self, op: Op[T], mode: Mode) -> Op[T]:
         """`op`, preceded on this backend's first write by the reclaim records' table; a
@@ -218,26 +221,19 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     def create_indexes(self) -> None:
         """Create the parent index and the sweep's root index, concurrently, and the reclaim
         records' table; needs an autocommit connection."""
-        saver = self.saver
-        if isinstance(saver, AsyncPostgresSaver):
-            on_saver_loop(saver.loop, "create_retention_indexes", self.acreate_indexes)
-            return
-        with saver._cursor() as cur:
-            cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
-            cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
-            cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
-        self.reclaimed_table_ready = True
+        if isinstance(self.saver, AsyncPostgresSaver):
+            return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
+        self.run(self._indexing(), Mode.GUARDED)
 
     async def acreate_indexes(self) -> None:
         """Async `create_indexes`."""
-        saver = self.saver
-        if isinstance(saver, PostgresSaver):
-            await asyncio.to_thread(self.create_indexes)
-            return
-        async with saver._cursor() as cur:
-            await cur.execute(CREATE_PARENT_INDEX_SQL, prepare=False)
-            await cur.execute(CREATE_ROOT_INDEX_SQL, prepare=False)
-            await cur.execute(CREATE_RECLAIMED_TABLE_SQL, prepare=False)
+        await self.arun(self._indexing(), Mode.GUARDED)
+
+    def _indexing(self) -> Op[None]:
+        """The statements of `create_indexes`, each on its own (`CONCURRENTLY` runs in no
+        transaction) and never prepared: each runs once."""
+        for sql in (CREATE_PARENT_INDEX_SQL, CREATE_ROOT_INDEX_SQL, CREATE_RECLAIMED_TABLE_SQL):
+            yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True
 
     # Dialect hooks

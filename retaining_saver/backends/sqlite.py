@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -268,27 +268,35 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
         transaction of ours, as the saver's own reads run (`BEGIN IMMEDIATE` would take
         the write lock); a WRITE or GUARDED one in one `BEGIN IMMEDIATE` transaction.
         An async saver runs it on its loop."""
-        saver = self.saver
-        if isinstance(saver, AsyncSqliteSaver):
+        if isinstance(saver := self.saver, AsyncSqliteSaver):
             return on_saver_loop(saver.loop, None, lambda: self.arun(op, mode))
-        with saver.lock:
-            saver.setup()
-            if mode is Mode.READ:
-                return _statements(saver.conn, op)
-            return _transaction(saver.conn, self._indexed(op))
+        return cast(T, self._on_connection(self._carry_out, op, mode))
 
     async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """`run`, asynchronously: on aiosqlite's connection thread, in one hop; a sync
         `SqliteSaver` runs it in a worker thread."""
-        saver = self.saver
-        if isinstance(saver, SqliteSaver):
+        if isinstance(self.saver, SqliteSaver):
             return await asyncio.to_thread(self.run, op, mode)
-        await saver.setup()
+        return await self._aon_connection(self._carry_out, op, mode)
+
+    def _carry_out(self, conn: sqlite3.Connection, op: Op[T], mode: Mode) -> T:
+        """`run` on the sqlite3 connection, under the saver's lock."""
+        if mode is Mode.READ:
+            return _statements(conn, op)
+        return _transaction(conn, self._indexed(op))
+
+    def _on_connection(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(conn, *args)` on the sync saver's sqlite3 connection, under its lock, once
+        it is set up."""
+        with (saver := cast(SqliteSaver, self.saver)).lock:
+            saver.setup()
+            return call(saver.conn, *args)
+
+    async def _aon_connection(self, call: Callable[..., T], *args: Any) -> T:
+        """`_on_connection`, for the async saver: on aiosqlite's connection thread."""
+        await (saver := cast(AsyncSqliteSaver, self.saver)).setup()
         async with saver.lock:
-            conn = saver.conn
-            if mode is Mode.READ:
-                return await _on_connection_thread(conn, _statements, conn._conn, op)
-            return await _on_connection_thread(conn, _transaction, conn._conn, self._indexed(op))
+            return await _on_connection_thread(saver.conn, call, saver.conn._conn, *args)
 
     def _indexed(self, op: Op[T]) -> Op[T]:
         """`op`, preceded on this backend's first run by the parent index and the
@@ -332,27 +340,23 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
             ValueError: If `min_free_ratio` is not within [0, 1].
         """
         check_ratio(min_free_ratio)
-        saver = self.saver
-        if isinstance(saver, AsyncSqliteSaver):
+        if isinstance(saver := self.saver, AsyncSqliteSaver):
             return on_saver_loop(
-                saver.loop, "compact_storage", lambda: self.acompact(min_free_ratio)
+                saver.loop, "compact_storage", partial(self.acompact, min_free_ratio)
             )
-        with saver.lock:
-            saver.setup()
-            return drive_statements(compaction(min_free_ratio), partial(_execute, saver.conn))
+        return self._on_connection(_compact, min_free_ratio)
 
     async def acompact(self, min_free_ratio: float = 0.25) -> Compaction:
         """`compact`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
         check_ratio(min_free_ratio)
-        saver = self.saver
-        if isinstance(saver, SqliteSaver):
+        if isinstance(self.saver, SqliteSaver):
             return await asyncio.to_thread(self.compact, min_free_ratio)
-        await saver.setup()
-        async with saver.lock:
-            conn = saver.conn
-            return await _on_connection_thread(
-                conn, drive_statements, compaction(min_free_ratio), partial(_execute, conn._conn)
-            )
+        return await self._aon_connection(_compact, min_free_ratio)
+
+
+def _compact(conn: sqlite3.Connection, min_free_ratio: float) -> Compaction:
+    """`compaction` on `conn`, outside any transaction: VACUUM cannot run in one."""
+    return drive_statements(compaction(min_free_ratio), partial(_execute, conn))
 
 
 def make_backend(saver: SqliteSaver | AsyncSqliteSaver) -> SqliteBackend:

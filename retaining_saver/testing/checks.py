@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver.backends import backend_for
-from retaining_saver.backends._base import Integrity
+from retaining_saver.backends._base import Backend, Integrity
 from retaining_saver.backends.memory import _RECLAIMED
 
 
@@ -24,18 +24,22 @@ def _unwrapped(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
 
 def integrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
     """Dangling parents, orphan writes and orphan blobs of one thread."""
-    backend = backend_for(_unwrapped(saver))
-    if backend is None:
-        raise TypeError(f"no backend for {type(saver).__name__}")
+    backend = _backend(saver)
     return backend.run(backend.integrity(thread_id))
 
 
 async def aintegrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
     """Async `integrity`."""
+    backend = _backend(saver)
+    return await backend.arun(backend.integrity(thread_id))
+
+
+def _backend(saver: BaseCheckpointSaver[Any]) -> Backend:
+    """The backend of `saver`'s storage (of its inner saver, if it wraps one)."""
     backend = backend_for(_unwrapped(saver))
     if backend is None:
         raise TypeError(f"no backend for {type(saver).__name__}")
-    return await backend.arun(backend.integrity(thread_id))
+    return backend
 
 
 def walk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Iterator[CheckpointTuple]:
@@ -45,34 +49,30 @@ def walk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Iterator[Ch
         LineageIntegrityError: If a link names a checkpoint that is gone; this
             is what branch/regenerate hits after an ancestor was deleted.
     """
-    current = saver.get_tuple(config)
-    if current is None:
-        raise LineageIntegrityError(f"start checkpoint {config} does not exist")
-    while True:
-        yield current
-        if current.parent_config is None:
-            return
-        parent = saver.get_tuple(current.parent_config)
-        if parent is None:
-            missing = current.parent_config["configurable"].get("checkpoint_id")
-            raise LineageIntegrityError(f"ancestor {missing} of {current.config} is missing")
-        current = parent
+    yield (current := _found(saver.get_tuple(config), config))
+    while (link := current.parent_config) is not None:
+        yield (current := _found(saver.get_tuple(link), config, current))
 
 
 async def awalk(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> list[CheckpointTuple]:
     """Async `walk`, collected."""
-    current = await saver.aget_tuple(config)
-    if current is None:
-        raise LineageIntegrityError(f"start checkpoint {config} does not exist")
-    found = [current]
-    while current.parent_config is not None:
-        parent = await saver.aget_tuple(current.parent_config)
-        if parent is None:
-            missing = current.parent_config["configurable"].get("checkpoint_id")
-            raise LineageIntegrityError(f"ancestor {missing} of {current.config} is missing")
-        found.append(parent)
-        current = parent
+    found = [current := _found(await saver.aget_tuple(config), config)]
+    while (link := current.parent_config) is not None:
+        found.append(current := _found(await saver.aget_tuple(link), config, current))
     return found
+
+
+def _found(
+    read: CheckpointTuple | None, start: RunnableConfig, child: CheckpointTuple | None = None
+) -> CheckpointTuple:
+    """`read`, the checkpoint a walk from `start` read (the parent of `child`, past the
+    first), which must exist."""
+    if read is not None:
+        return read
+    if child is None:
+        raise LineageIntegrityError(f"start checkpoint {start} does not exist")
+    missing = cast(RunnableConfig, child.parent_config)["configurable"].get("checkpoint_id")
+    raise LineageIntegrityError(f"ancestor {missing} of {child.config} is missing")
 
 
 def memory_reclaim_records(saver: InMemorySaver, thread_id: str) -> frozenset[tuple[str, str, str]]:

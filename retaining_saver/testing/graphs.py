@@ -237,17 +237,21 @@ SHAPES: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
 }
 
 
+def _built(checkpointer: BaseCheckpointSaver[Any], shape: str) -> tuple[Any, list[Any]]:
+    """`SHAPES[shape]`'s graph, compiled with `checkpointer`, and the inputs of its turns."""
+    build, inputs = SHAPES[shape]
+    return build(checkpointer), inputs
+
+
 def run_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
     """Run every turn of `SHAPES[shape]` on `thread_id`."""
-    build, inputs = SHAPES[shape]
-    graph = build(checkpointer)
+    graph, inputs = _built(checkpointer, shape)
     for value in inputs:
         graph.invoke(value, thread_config(thread_id))
 
 
 async def arun_shape(checkpointer: BaseCheckpointSaver[Any], shape: str, thread_id: str) -> None:
     """Async `run_shape`."""
-    build, inputs = SHAPES[shape]
-    graph = build(checkpointer)
+    graph, inputs = _built(checkpointer, shape)
     for value in inputs:
         await graph.ainvoke(value, thread_config(thread_id))

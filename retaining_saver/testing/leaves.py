@@ -14,6 +14,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 
+from retaining_saver._effects import Call, Flow, Performer, adrive, drive
+
 INTERRUPT = "__interrupt__"
 
 
@@ -60,21 +62,24 @@ def write_duration_leaf(
     Like DeerFlow's writer, it writes nothing when the head carries a pending
     interrupt, and returns None then (or for an empty thread).
     """
-    head = saver.get_tuple(_head_config(thread_id))
-    if head is None or _skip(head):
-        return None
-    checkpoint, metadata = leaf_of(head, run_id, seconds)
-    saver.put(head.config, checkpoint, metadata, {})
-    return str(checkpoint["id"])
+    return drive(_writing_leaf(saver, thread_id, run_id, seconds), Performer(saver, None, ()))
 
 
 async def awrite_duration_leaf(
     saver: BaseCheckpointSaver[Any], thread_id: str, run_id: str = "run", seconds: float = 1.0
 ) -> str | None:
     """Async `write_duration_leaf`."""
-    head = await saver.aget_tuple(_head_config(thread_id))
+    leaf = _writing_leaf(saver, thread_id, run_id, seconds)
+    return await adrive(leaf, Performer(saver, None, ()))
+
+
+def _writing_leaf(
+    saver: BaseCheckpointSaver[Any], thread_id: str, run_id: str, seconds: float
+) -> Flow[str | None]:
+    """`write_duration_leaf`, with `saver`'s sync or async methods as the driver runs."""
+    head = yield Call(saver.get_tuple, saver.aget_tuple, (_head_config(thread_id),))
     if head is None or _skip(head):
         return None
     checkpoint, metadata = leaf_of(head, run_id, seconds)
-    await saver.aput(head.config, checkpoint, metadata, {})
+    yield Call(saver.put, saver.aput, (head.config, checkpoint, metadata, {}))
     return str(checkpoint["id"])
