@@ -299,7 +299,7 @@ def compact(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         doc.update(would_run=done.ran, ran=done.ran, before=_pages(before), after=_pages(after))
         doc["why"] = why_compact(before, min_ratio)
         return
-    backend = store.saver.backend
+    backend = store.saver._backend
     assert backend is not None  # the command line opens supported savers only
     found = backend.run(measure(), Mode.READ)
     doc.update(would_run=found.worth_vacuum(min_ratio), ran=False, before=_pages(found))

@@ -20,17 +20,17 @@ class CachePurgeMixin:
     """
 
     inner: BaseCheckpointSaver[Any]
-    performer: Performer
-    locks: ThreadLocks
+    _performer: Performer
+    _locks: ThreadLocks
 
     def delete_thread(self, thread_id: str) -> Any:
         # Under the thread's lock: a reclaim in this process cannot record a reclaimed id
         # after the thread's records were forgotten.
-        with self.locks.hold(str(thread_id)):
+        with self._locks.hold(str(thread_id)):
             return self._purging([thread_id], lambda: self.inner.delete_thread(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> Any:
-        async with self.locks.ahold(str(thread_id)):
+        async with self._locks.ahold(str(thread_id)):
             return await self._apurging([thread_id], self.inner.adelete_thread(thread_id))
 
     def _inner_prune(self, thread_ids: Sequence[str], strategy: str) -> Any:
@@ -54,22 +54,22 @@ class CachePurgeMixin:
     def _purging(self, thread_ids: Sequence[str | None], delete: Callable[[], Any]) -> Any:
         """Purge the caches of `thread_ids` (None: all), delete, and purge again."""
         for thread_id in thread_ids:
-            _purge(thread_id).perform(self.performer)
+            _purge(thread_id).perform(self._performer)
         result = delete()
         for thread_id in thread_ids:
-            _purge(thread_id).perform(self.performer)
+            _purge(thread_id).perform(self._performer)
         return result
 
     async def _apurging(self, thread_ids: Sequence[str | None], delete: Awaitable[Any]) -> Any:
         try:
             for thread_id in thread_ids:
-                await _purge(thread_id).aperform(self.performer)
+                await _purge(thread_id).aperform(self._performer)
         except BaseException:
             _discard(delete)
             raise
         result = await delete
         for thread_id in thread_ids:
-            await _purge(thread_id).aperform(self.performer)
+            await _purge(thread_id).aperform(self._performer)
         return result
 
 
