@@ -51,8 +51,8 @@ from retaining_saver._rules import (
     Skip,
     split_runs,
 )
+from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
-from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend
 
 RETENTION_MAX_DELETE = 64

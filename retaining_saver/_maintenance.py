@@ -20,8 +20,8 @@ from retaining_saver._errors import CleanupPermissionError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules._recheck import Applied
 from retaining_saver._storage import StorageMixin
-from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend, Mode
 
 T = TypeVar("T")

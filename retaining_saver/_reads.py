@@ -16,9 +16,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
 
 from retaining_saver._accounting import Accounts
-from retaining_saver._caches import HistoryCache, cached_history
+from retaining_saver._caches import cached_history
 from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import MAX_HOPS, Key, ReclaimedIds
 from retaining_saver._retry import ReadRetry, checkpoint_key, could_vanish

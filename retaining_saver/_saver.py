@@ -36,7 +36,6 @@ from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEven
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._admitting import AdmittingMixin
 from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
-from retaining_saver._caches import HistoryCache
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import (
     Flow,
@@ -48,6 +47,7 @@ from retaining_saver._effects import (
     drive,
 )
 from retaining_saver._errors import UnsupportedSaverError
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import MaintenanceMixin

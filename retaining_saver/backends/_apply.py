@@ -26,12 +26,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from retaining_saver._rules import NodeKey, Plan
-from retaining_saver._rules._recheck import Applied, ParentChange, PlanRecheck, RowKey
+from retaining_saver._rules._recheck import Applied, PlanRecheck
 
 if TYPE_CHECKING:
     from retaining_saver.backends._base import Backend, Op
-
-__all__ = ["Applied", "ParentChange", "PlanChanged", "RowKey", "apply_plan"]
 
 
 class PlanChanged(RuntimeError):
