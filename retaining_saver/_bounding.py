@@ -212,8 +212,8 @@ class BoundingMixin:
             found = yield Lookup(config)
         return result, (yield from self._settle(found, config))
 
-    def _unreclaimed(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
-        """An admission whose read found nothing to reclaim at `head`."""
+    def _untaken(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
+        """An admission whose read found nothing to take at `head`."""
         head_id = head.checkpoint["id"] if head is not None else None
         empty = Skip.EMPTY_THREAD if head is None else None
         return AdmissionResult(thread_id, (), empty, head_id), head

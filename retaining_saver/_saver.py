@@ -326,7 +326,7 @@ class RetainingSaver(
             if self._nothing_to_reclaim(head, config):
                 if not self._history_may_run(thread_id, head):
                     return head
-                flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                flow = self._history_read(config, self._untaken(thread_id, head))
                 return self._account_history((yield Locked(thread_id, flow)))
         flow = self._remembering(config, self._admission_read(thread_id, config, head))
         return self._account(config, (yield Locked(thread_id, flow)))[1]

@@ -53,7 +53,7 @@ def apply_plan(
                 thread_id, rows.checkpoint_ns, rows.parents_of
             )
         recheck.read(rows.checkpoint_ns, found, children)
-    for deletion in recheck.trailing():
+    for deletion in recheck.stamps():
         facts = yield from backend.deletion_facts(thread_id, deletion)
         taken = recheck.holds(deletion, facts) and (
             yield from backend.delete_as_planned(thread_id, deletion)
