@@ -2,7 +2,7 @@
 
 from retaining_saver._accounting import AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult
-from retaining_saver._caches import DeltaHistoryCache, HistoryCache
+from retaining_saver._caches import DeltaHistoryCache
 from retaining_saver._engine import RetentionReport
 from retaining_saver._errors import (
     CheckpointNotFoundError,
@@ -10,6 +10,7 @@ from retaining_saver._errors import (
     RetainingSaverError,
     UnsupportedSaverError,
 )
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver._rules import (
     CheckpointNode,
     Graft,

@@ -139,7 +139,7 @@ def admit_read(
             return result, head
     node = node_of(head) if head is not None else None
     return (
-        yield from _reclaim_stack(
+        yield from _take_stack(
             thread_id, read_config, backend, policy, protected, node, head, reclaimed, read=True
         )
     )
@@ -234,7 +234,7 @@ def admit_explicit(
 ) -> Flow[Admitted]:
     """Reclaim the stack of duration leaves on the head, looked up without its values."""
     node = yield from head_node(thread_id, config, backend)
-    flow = _reclaim_stack(thread_id, config, backend, policy, protected, node, None, read=False)
+    flow = _take_stack(thread_id, config, backend, policy, protected, node, None, read=False)
     return (yield from flow)
 
 
@@ -248,7 +248,7 @@ def head_node(
     return node
 
 
-def _reclaim_stack(
+def _take_stack(
     thread_id: str,
     read_config: RunnableConfig,
     backend: Backend,

@@ -29,13 +29,13 @@ class AdmittingMixin:
     """Admission flows behind the failsafe, and what the saver keeps of what they did."""
 
     # Set by `RetainingSaver.__init__`; the history pass is `BoundingMixin`'s.
-    backend: Backend | None
+    _backend: Backend | None
     policy: RetentionPolicy
     admission: Literal["auto", "explicit", "off"]
-    accounts: Accounts
-    stamps: OwnStamps | None
-    reclaimed: ReclaimedIds
-    one_round: MarkerShape | None
+    _accounts: Accounts
+    _stamps: OwnStamps | None
+    _reclaimed: ReclaimedIds
+    _one_round: MarkerShape | None
 
     _history_read: Callable[[RunnableConfig, Admitted], Flow[Admitted]]
     _bound_history: Callable[[RunnableConfig, AdmissionResult], Flow[tuple[AdmissionResult, bool]]]
@@ -43,10 +43,10 @@ class AdmittingMixin:
     def _admission_read(
         self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None
     ) -> Flow[Admitted]:
-        assert self.backend is not None  # _is_admission said so
+        assert self._backend is not None  # _is_admission said so
         protected = _run_reads.run_selectors(config)
         flow = _admission.admit_read(
-            thread_id, config, self.backend, self.policy, protected, head, self.one_round
+            thread_id, config, self._backend, self.policy, protected, head, self._one_round
         )
         admitted = yield from self._failsafe(thread_id, flow, config)
         return (yield from self._history_read(config, admitted))
@@ -59,11 +59,11 @@ class AdmittingMixin:
     ) -> Flow[Admitted]:
         """Cleanup that looks the head up itself, without its values; `protected`: ids the
         run addresses, never reclaimed; then the history pass, if due."""
-        if self.backend is None or self.admission == "off":
+        if self._backend is None or self.admission == "off":
             return AdmissionResult(thread_id, (), Skip.CLEANUP_DISABLED), None
-        if self.accounts.waiting():
+        if self._accounts.waiting():
             return AdmissionResult(thread_id, (), Skip.PERMISSION_DENIED), None
-        flow = _admission.admit_explicit(thread_id, config, self.backend, self.policy, protected)
+        flow = _admission.admit_explicit(thread_id, config, self._backend, self.policy, protected)
         result, _ = yield from self._failsafe(thread_id, flow, config, read=False)
         result, _ = yield from self._bound_history(config, result)
         return result, None
@@ -80,16 +80,16 @@ class AdmittingMixin:
         try:
             return (yield from flow)
         except Exception as error:
-            assert self.backend is not None  # only an enabled backend cleans up
-            problem = self.backend.permission_problem(error)
-            skip = self.accounts.failure(thread_id, error, problem)
+            assert self._backend is not None  # only an enabled backend cleans up
+            problem = self._backend.permission_problem(error)
+            skip = self._accounts.failure(thread_id, error, problem)
         if read:
             head = yield Lookup(config)
             head_id = head.checkpoint["id"] if head is not None else None
             return AdmissionResult(thread_id, (), skip, head_id), head
-        assert self.backend is not None  # only an enabled backend admits
+        assert self._backend is not None  # only an enabled backend admits
         try:
-            node = yield from _admission.head_node(thread_id, config, self.backend)
+            node = yield from _admission.head_node(thread_id, config, self._backend)
         except Exception:
             node = None
         head_id = node.checkpoint_id if node is not None else None
@@ -97,7 +97,7 @@ class AdmittingMixin:
 
     def _account(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Account for an admission, outside the thread's lock."""
-        self.accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
+        self._accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
         return admitted
 
     def _remembering(self, config: RunnableConfig, flow: Flow[Admitted]) -> Flow[Admitted]:
@@ -110,8 +110,8 @@ class AdmittingMixin:
         result = admitted[0]
         ns = config.get("configurable", {}).get("checkpoint_ns", "")
         for checkpoint_id in result.reclaimed:
-            if self.stamps is not None:
-                self.stamps.forget(result.thread_id, checkpoint_id)
+            if self._stamps is not None:
+                self._stamps.forget(result.thread_id, checkpoint_id)
             if result.head_id is not None:
-                self.reclaimed.remember((result.thread_id, ns, checkpoint_id), result.head_id)
+                self._reclaimed.remember((result.thread_id, ns, checkpoint_id), result.head_id)
         return admitted

@@ -51,8 +51,8 @@ from retaining_saver._rules import (
     Skip,
     split_runs,
 )
+from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
-from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend
 
 RETENTION_MAX_DELETE = 64
@@ -183,24 +183,24 @@ def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionP
 class BoundingMixin:
     """The history pass `RetainingSaver` runs on admission with its `retention` policy."""
 
-    backend: Backend | None
-    accounts: Accounts
-    reclaimed: ReclaimedIds
-    stamps: OwnStamps | None
+    _backend: Backend | None
+    _accounts: Accounts
+    _reclaimed: ReclaimedIds
+    _stamps: OwnStamps | None
     retention: RetentionPolicy | None
-    rooms: Rooms
+    _rooms: Rooms
     _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
 
     def _history_may_run(self, thread_id: str, head: CheckpointTuple | None) -> bool:
         """Whether an admission that reclaims nothing at `head` takes the lock for the
         history pass (else it is counted as skipped)."""
-        if self.retention is None or self.backend is None:
+        if self.retention is None or self._backend is None:
             return False
         head_id = head.checkpoint["id"] if head is not None else None
-        if not self.rooms.would_skip(thread_id, head_id):
+        if not self._rooms.would_skip(thread_id, head_id):
             return True
-        self.rooms.due(thread_id, head_id)
-        self.accounts.count("history_skipped")
+        self._rooms.due(thread_id, head_id)
+        self._accounts.count("history_skipped")
         return False
 
     def _history_read(self, config: RunnableConfig, admitted: Admitted) -> Flow[Admitted]:
@@ -212,15 +212,15 @@ class BoundingMixin:
             found = yield Lookup(config)
         return result, (yield from self._settle(found, config))
 
-    def _unreclaimed(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
-        """An admission whose read found nothing to reclaim at `head`."""
+    def _untaken(self, thread_id: str, head: CheckpointTuple | None) -> Admitted:
+        """An admission whose read found nothing to take at `head`."""
         head_id = head.checkpoint["id"] if head is not None else None
         empty = Skip.EMPTY_THREAD if head is None else None
         return AdmissionResult(thread_id, (), empty, head_id), head
 
     def _account_history(self, admitted: Admitted) -> CheckpointTuple | None:
         """Account for a history pass alone (the admission itself was counted)."""
-        self.accounts.record_history(admitted[0])
+        self._accounts.record_history(admitted[0])
         return admitted[1]
 
     def _bound_history(
@@ -231,30 +231,30 @@ class BoundingMixin:
 
         Run under the thread's lock, after the stamps. Never raises.
         """
-        policy, backend, thread_id = self.retention, self.backend, result.thread_id
-        if policy is None or backend is None or self.accounts.waiting():
+        policy, backend, thread_id = self.retention, self._backend, result.thread_id
+        if policy is None or backend is None or self._accounts.waiting():
             return result, False
-        if not self.rooms.due(thread_id, result.head_id):
-            self.accounts.count("history_skipped")
+        if not self._rooms.due(thread_id, result.head_id):
+            self._accounts.count("history_skipped")
             return result, False
         if result.skipped is Skip.EMPTY_THREAD:
-            self.rooms.left(thread_id, policy.history_keep_runs or 0, None)
+            self._rooms.left(thread_id, policy.history_keep_runs or 0, None)
             return result, False
         protected = _run_reads.run_selectors(config)
         if protected:
             merged = policy.protect_checkpoint_ids | protected
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
-        self.accounts.count("history_passes")
+        self._accounts.count("history_passes")
         try:
             flow = planned_pass(thread_id, backend, policy, datetime.now(UTC))
             lineage, plan, applied = yield from flow
         except Exception as error:
-            self.rooms.forget(thread_id)
+            self._rooms.forget(thread_id)
             problem = backend.permission_problem(error)
             if problem is not None:
-                self.accounts.failure(thread_id, error, problem)
-            self.accounts.count("history_failed")
-            self.accounts.once(
+                self._accounts.failure(thread_id, error, problem)
+            self._accounts.count("history_failed")
+            self._accounts.once(
                 HISTORY_FAILED,
                 "the retention policy's pass over thread %s failed; the run proceeds "
                 "(logged once, counted in counters.history_failed): %r",
@@ -263,8 +263,8 @@ class BoundingMixin:
             )
             return result, False
         if keeps_delta_walks(plan, policy):
-            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
-        self.rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
+            self._accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
+        self._rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
         deleted = self._remember_history_deletions(thread_id, applied)
         changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
         return dataclasses.replace(result, history_reclaimed=deleted), changed
@@ -275,7 +275,7 @@ class BoundingMixin:
         for deletion in applied.deleted:
             key = (thread_id, deletion.checkpoint_ns, deletion.checkpoint_id)
             if deletion.clone_of is not None:
-                self.reclaimed.remember(key, deletion.clone_of)
-            if self.stamps is not None and not deletion.checkpoint_ns:
-                self.stamps.forget(thread_id, deletion.checkpoint_id)
+                self._reclaimed.remember(key, deletion.clone_of)
+            if self._stamps is not None and not deletion.checkpoint_ns:
+                self._stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)

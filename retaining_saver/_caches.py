@@ -14,11 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory
 
 from retaining_saver._effects import Flow, History
-from retaining_saver._history_cache import HistoryCache
 from retaining_saver._lru import BoundedLru
-
-__all__ = ["DeltaHistoryCache", "HistoryCache", "cached_history"]
-
 
 CacheKey = tuple[str, str, str, str]
 """(thread_id, checkpoint_ns, checkpoint_id, channel): immutable once written."""

@@ -14,7 +14,7 @@ from retaining_saver._cli_output import Doc
 from retaining_saver._cli_progress import Progress
 from retaining_saver._cli_targets import CliError, Store, UsageError
 from retaining_saver._engine import RetentionReport
-from retaining_saver._maintenance import PRUNE_STRATEGIES, keep_latest_policy
+from retaining_saver._maintenance import keep_latest_policy
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._legend import explain
 from retaining_saver.backends._base import Mode
@@ -299,7 +299,7 @@ def compact(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         doc.update(would_run=done.ran, ran=done.ran, before=_pages(before), after=_pages(after))
         doc["why"] = why_compact(before, min_ratio)
         return
-    backend = store.saver.backend
+    backend = store.saver._backend
     assert backend is not None  # the command line opens supported savers only
     found = backend.run(measure(), Mode.READ)
     doc.update(would_run=found.worth_vacuum(min_ratio), ran=False, before=_pages(found))
@@ -326,6 +326,3 @@ def index(store: Store, args: argparse.Namespace, doc: Doc) -> None:
     """Postgres: the parent index and the reclaim records' table."""
     store.saver.create_retention_indexes()
     doc.update(ready=True, message="retention indexes ready")
-
-
-__all__ = ["PRUNE_STRATEGIES"]

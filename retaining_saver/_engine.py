@@ -26,8 +26,9 @@ from retaining_saver._rules import (
     RetentionPolicy,
     Root,
 )
+from retaining_saver._rules._recheck import Applied
 from retaining_saver.backends import _upstream
-from retaining_saver.backends._apply import Applied, PlanChanged
+from retaining_saver.backends._apply import PlanChanged
 from retaining_saver.backends._base import Backend
 from retaining_saver.backends._stats import StorageStats, TableStats
 

@@ -20,8 +20,8 @@ from retaining_saver._errors import CleanupPermissionError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules._recheck import Applied
 from retaining_saver._storage import StorageMixin
-from retaining_saver.backends._apply import Applied
 from retaining_saver.backends._base import Backend, Mode
 
 T = TypeVar("T")
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 class MaintenanceMixin(StorageMixin):
     """Engine entrypoints; every one refuses an unsupported saver before any read."""
 
-    backend: Backend | None
-    performer: Performer
+    _backend: Backend | None
+    _performer: Performer
     # The history caches' purge around a whole-thread deletion, and an unsupported
     # saver's own prune (see `CachePurgeMixin`).
     delete_thread: Callable[[str], Any]
@@ -42,9 +42,9 @@ class MaintenanceMixin(StorageMixin):
     _inner_prune: Callable[[Sequence[str], str], Any]
     _inner_aprune: Callable[[Sequence[str], str], Awaitable[Any]]
     policy: RetentionPolicy
-    locks: ThreadLocks
-    reclaimed: ReclaimedIds
-    accounts: Accounts
+    _locks: ThreadLocks
+    _reclaimed: ReclaimedIds
+    _accounts: Accounts
 
     def _policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         if policy is None:
@@ -77,7 +77,7 @@ class MaintenanceMixin(StorageMixin):
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        return drive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
+        return drive(self._enforce_thread(thread_id, policy, dry_run, now), self._performer)
 
     async def aenforce_thread_retention(
         self,
@@ -88,7 +88,7 @@ class MaintenanceMixin(StorageMixin):
         now: datetime | None = None,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
-        return await adrive(self._enforce_thread(thread_id, policy, dry_run, now), self.performer)
+        return await adrive(self._enforce_thread(thread_id, policy, dry_run, now), self._performer)
 
     def _enforce_thread(
         self,
@@ -125,7 +125,7 @@ class MaintenanceMixin(StorageMixin):
         """Under the thread's lock, remember what each deleted clone resolves to."""
         if not report.dry_run:
             for (ns, checkpoint_id), clone_id in report.clones.items():
-                self.reclaimed.remember((report.thread_id, ns, checkpoint_id), clone_id)
+                self._reclaimed.remember((report.thread_id, ns, checkpoint_id), clone_id)
         return report
 
     def enforce_retention(
@@ -245,10 +245,10 @@ class MaintenanceMixin(StorageMixin):
             ValueError: If `strategy` is neither.
             TypeError: If `thread_ids` is not a collection of thread id strings.
         """
-        if self.backend is None:
+        if self._backend is None:
             # Its own prune, whose answer (None, by upstream's signature) passes through.
             return self._inner_prune(thread_ids, strategy)  # type: ignore[no-any-return]
-        return drive(self._prune(thread_ids, strategy, delta_graph), self.performer)
+        return drive(self._prune(thread_ids, strategy, delta_graph), self._performer)
 
     async def aprune(
         self,
@@ -258,9 +258,9 @@ class MaintenanceMixin(StorageMixin):
         delta_graph: Pregel[Any, Any, Any, Any] | None = None,
     ) -> None:
         """Async `prune`."""
-        if self.backend is None:
+        if self._backend is None:
             return await self._inner_aprune(thread_ids, strategy)  # type: ignore[no-any-return]
-        return await adrive(self._prune(thread_ids, strategy, delta_graph), self.performer)
+        return await adrive(self._prune(thread_ids, strategy, delta_graph), self._performer)
 
     def _prune(
         self,
@@ -283,7 +283,7 @@ class MaintenanceMixin(StorageMixin):
         backend = self._require_backend()
         _, plan, applied = yield from planned_pass(thread_id, backend, policy, datetime.now(UTC))
         if keeps_delta_walks(plan, policy):
-            self.accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "prune(strategy='keep_latest')")
+            self._accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "prune(strategy='keep_latest')")
         return applied
 
     def _prune_ids(self, thread_ids: Sequence[str], strategy: str) -> list[str]:

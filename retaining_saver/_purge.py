@@ -21,18 +21,18 @@ class CachePurgeMixin:
     """
 
     inner: BaseCheckpointSaver[Any]
-    performer: Performer
-    locks: ThreadLocks
+    _performer: Performer
+    _locks: ThreadLocks
 
     def delete_thread(self, thread_id: str) -> Any:
         # Under the thread's lock: a reclaim in this process cannot record a reclaimed id
         # after the thread's records were forgotten.
-        with self.locks.hold(str(thread_id)):
-            return drive(self._deleting_thread(thread_id), self.performer)
+        with self._locks.hold(str(thread_id)):
+            return drive(self._deleting_thread(thread_id), self._performer)
 
     async def adelete_thread(self, thread_id: str) -> Any:
-        async with self.locks.ahold(str(thread_id)):
-            return await adrive(self._deleting_thread(thread_id), self.performer)
+        async with self._locks.ahold(str(thread_id)):
+            return await adrive(self._deleting_thread(thread_id), self._performer)
 
     def _deleting_thread(self, thread_id: str) -> Flow[Any]:
         inner = self.inner
@@ -40,10 +40,10 @@ class CachePurgeMixin:
 
     def _inner_prune(self, thread_ids: Sequence[str], strategy: str) -> Any:
         """The inner saver's own `prune`, for a saver whose storage is not supported."""
-        return drive(self._inner_pruning(thread_ids, strategy), self.performer)
+        return drive(self._inner_pruning(thread_ids, strategy), self._performer)
 
     async def _inner_aprune(self, thread_ids: Sequence[str], strategy: str) -> Any:
-        return await adrive(self._inner_pruning(thread_ids, strategy), self.performer)
+        return await adrive(self._inner_pruning(thread_ids, strategy), self._performer)
 
     def _inner_pruning(self, thread_ids: Sequence[str], strategy: str) -> Flow[Any]:
         prune = partial(self.inner.prune, thread_ids, strategy=strategy)
@@ -53,10 +53,10 @@ class CachePurgeMixin:
     def _inner_delete_for_runs(self, run_ids: Sequence[str]) -> Any:
         """The inner saver's own `delete_for_runs`, for a saver whose storage is not
         supported: it may touch any thread, so every cache is purged."""
-        return drive(self._inner_deleting_runs(run_ids), self.performer)
+        return drive(self._inner_deleting_runs(run_ids), self._performer)
 
     async def _inner_adelete_for_runs(self, run_ids: Sequence[str]) -> Any:
-        return await adrive(self._inner_deleting_runs(run_ids), self.performer)
+        return await adrive(self._inner_deleting_runs(run_ids), self._performer)
 
     def _inner_deleting_runs(self, run_ids: Sequence[str]) -> Flow[Any]:
         inner = self.inner

@@ -16,9 +16,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, DeltaChannelHistory
 
 from retaining_saver._accounting import Accounts
-from retaining_saver._caches import HistoryCache, cached_history
+from retaining_saver._caches import cached_history
 from retaining_saver._effects import Flow, Lookup, Mode, Performer, Run, adrive, drive
 from retaining_saver._errors import CheckpointNotFoundError
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import MAX_HOPS, Key, ReclaimedIds
 from retaining_saver._retry import ReadRetry, checkpoint_key, could_vanish
@@ -33,13 +34,13 @@ class ReadsMixin:
 
     # Set by `RetainingSaver.__init__`.
     inner: BaseCheckpointSaver[Any]
-    backend: Backend | None
+    _backend: Backend | None
     policy: RetentionPolicy
-    accounts: Accounts
-    performer: Performer
-    stamps: OwnStamps | None
-    reclaimed: ReclaimedIds
-    retry: ReadRetry | None
+    _accounts: Accounts
+    _performer: Performer
+    _stamps: OwnStamps | None
+    _reclaimed: ReclaimedIds
+    _retry: ReadRetry | None
     history_caches: tuple[HistoryCache, ...]
     strict_pinned_reads: bool
     _stamps_read: BoundedLru[Key, bool]
@@ -56,25 +57,25 @@ class ReadsMixin:
         return found
 
     def _may_be_stamp(self, found: CheckpointTuple) -> bool:
-        return self.stamps is not None and could_vanish(found, self.policy)
+        return self._stamps is not None and could_vanish(found, self.policy)
 
     def _reclaimed_read(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """A read pinned to a missing id: the clone it was reclaimed as a duplicate of, if
         it was (through stacked clones), read as the saver reads it; else None."""
         configurable = config["configurable"]
         thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
-        if self.backend is None or not isinstance(thread_id, str) or not isinstance(ns, str):
+        if self._backend is None or not isinstance(thread_id, str) or not isinstance(ns, str):
             return None
         current = str(configurable["checkpoint_id"])
         for _ in range(MAX_HOPS):
-            clone = self.reclaimed.clone_of((thread_id, ns, current))
+            clone = self._reclaimed.clone_of((thread_id, ns, current))
             if clone is None:
                 try:
                     clone = yield Run(
-                        self.backend.reclaimed_clone(thread_id, ns, current), Mode.READ
+                        self._backend.reclaimed_clone(thread_id, ns, current), Mode.READ
                     )
                 except Exception as error:
-                    self.accounts.fell_back("the reclaimed-id lookup", error)
+                    self._accounts.fell_back("the reclaimed-id lookup", error)
                     return None
             if clone is None:
                 return None
@@ -88,9 +89,9 @@ class ReadsMixin:
         self, found: CheckpointTuple | None, config: RunnableConfig
     ) -> Flow[CheckpointTuple | None]:
         """An unpinned result, re-read once if it vanished while it hydrated (`_retry`)."""
-        if self.retry is None:
+        if self._retry is None:
             return found
-        return (yield from self.retry.settle(found, config))
+        return (yield from self._retry.settle(found, config))
 
     def _pinned_result(
         self, config: RunnableConfig, found: CheckpointTuple | None
@@ -100,25 +101,25 @@ class ReadsMixin:
         if checkpoint_id and found is None and self.strict_pinned_reads:
             thread_id = str(configurable.get("thread_id"))
             ns = configurable.get("checkpoint_ns", "")
-            survivor = self.reclaimed.survivor((thread_id, ns, str(checkpoint_id)))
+            survivor = self._reclaimed.survivor((thread_id, ns, str(checkpoint_id)))
             raise CheckpointNotFoundError(thread_id, ns, checkpoint_id, survivor)
         return found
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return drive(self._history(config, channels), self.performer)
+        return drive(self._history(config, channels), self._performer)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await adrive(self._history(config, channels), self.performer)
+        return await adrive(self._history(config, channels), self._performer)
 
     def _history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Flow[Mapping[str, DeltaChannelHistory]]:
         answer = yield from cached_history(config, channels, self.history_caches)
-        if self.retry is None:
+        if self._retry is None:
             return answer
-        rebuilt = yield from self.retry.history(answer, config, channels)
+        rebuilt = yield from self._retry.history(answer, config, channels)
         return cast(Mapping[str, DeltaChannelHistory], rebuilt)

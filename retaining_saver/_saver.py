@@ -36,7 +36,6 @@ from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEven
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._admitting import AdmittingMixin
 from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
-from retaining_saver._caches import HistoryCache
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import (
     Flow,
@@ -48,6 +47,7 @@ from retaining_saver._effects import (
     drive,
 )
 from retaining_saver._errors import UnsupportedSaverError
+from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import MaintenanceMixin
@@ -126,6 +126,17 @@ class RetainingSaver(
             `max_delete_per_run` (None: `RETENTION_MAX_DELETE`, 64); see
             `_bounding`. None (the default) keeps all history.
 
+    Attributes:
+        inner, policy, retention, strict, admission, history_caches,
+        retry_unpinned_reads, strict_pinned_reads: The configuration it was
+            built with, as validated (`policy` holds the protected ids and the
+            leaf rule; `history_caches` includes `inner` if it is a cache).
+            Public to read, never to assign: the parts built from them are not
+            rebuilt. Everything else (backend, locks, the accounts behind `counters`, stamps,
+            reclaimed ids, read retry) is internal and leading-underscore;
+            `counters` and `on_reclaim` are the accessors for what a caller
+            may watch.
+
     Raises:
         TypeError: If `inner` is not a `BaseCheckpointSaver`, or a flag has the
             wrong type.
@@ -184,7 +195,7 @@ class RetainingSaver(
             "retention runs on admission: it needs admission='auto' or 'explicit', not 'off'",
         )
         # Per thread, how many more admissions may skip the history pass.
-        self.rooms = Rooms()
+        self._rooms = Rooms()
         if isinstance(inner, HistoryCache):
             caches.append(inner)
         self.strict = strict
@@ -193,37 +204,37 @@ class RetainingSaver(
         self.retry_unpinned_reads = retry_unpinned_reads
         self.strict_pinned_reads = strict_pinned_reads
         # How this store loads lineage and deletes; None: an unsupported saver, never touched.
-        self.backend = backend_for(inner)
-        if self.backend is None:
+        self._backend = backend_for(inner)
+        if self._backend is None:
             if strict:
                 raise UnsupportedSaverError(type(inner))
             warnings.warn(_unsupported_warning(type(inner)), stacklevel=2)
         # Counters, the log, `on_reclaim`, and the back-off after a refused privilege.
-        self.accounts = Accounts(on_reclaim)
+        self._accounts = Accounts(on_reclaim)
         # Per thread: held by every deletion and every write, never across user code.
-        self.locks = ThreadLocks()
+        self._locks = ThreadLocks()
         # What the cleanup flows' effects act on: the saver, its backend, the caches, the locks.
-        self.performer = Performer(
-            inner, self.backend, self.history_caches, self.accounts.fell_back, self.locks
+        self._performer = Performer(
+            inner, self._backend, self.history_caches, self._accounts.fell_back, self._locks
         )
         # Stamps this process wrote, per thread (the last one, until another root put).
-        auto = self.backend is not None and admission == "auto"
-        self.stamps = OwnStamps(self.policy) if auto else None
+        auto = self._backend is not None and admission == "auto"
+        self._stamps = OwnStamps(self.policy) if auto else None
         # The marker the store judges a leaf by when the admission read takes it in the
         # same round (see `_one_round_marker`); None: read first, take second.
-        self.one_round = self._one_round_marker()
+        self._one_round = self._one_round_marker()
         # Tells a run's first read (its admission) from its later ones.
         self._runs = _run_reads.RunTracker()
         # Re-reads unpinned heads that vanished while they hydrated (None: not asked for).
-        self.retry = self._read_retry()
+        self._retry = self._read_retry()
         # Leaf-shaped checkpoints reads returned, which a write on them would keep.
         self._stamps_read: BoundedLru[Key, bool] = BoundedLru(4096)
         # What writes on stamps reclaimed, to be accounted once their lock is released.
         self._taken: list[tuple[RunnableConfig, Admitted]] = []
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
-        self.reclaimed = ReclaimedIds(reclaimed_id_ttl)
-        if self.backend is not None:
-            self.backend.reclaimed_ttl = reclaimed_id_ttl
+        self._reclaimed = ReclaimedIds(reclaimed_id_ttl)
+        if self._backend is not None:
+            self._backend.reclaimed_ttl = reclaimed_id_ttl
 
     @classmethod
     def provided_for(cls, inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
@@ -236,22 +247,22 @@ class RetainingSaver(
         """The inner saver's allowlist clone, wrapped; locks and counters are shared."""
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
-            clone.backend = backend_for(clone.inner)
-            clone.performer = Performer(
+            clone._backend = backend_for(clone.inner)
+            clone._performer = Performer(
                 clone.inner,
-                clone.backend,
+                clone._backend,
                 self.history_caches,
-                clone.accounts.fell_back,
-                clone.locks,
+                clone._accounts.fell_back,
+                clone._locks,
             )
-            clone.one_round = clone._one_round_marker()
-            clone.retry = clone._read_retry()
+            clone._one_round = clone._one_round_marker()
+            clone._retry = clone._read_retry()
         return clone
 
     def _read_retry(self) -> ReadRetry | None:
-        if self.backend is None or not self.retry_unpinned_reads:
+        if self._backend is None or not self.retry_unpinned_reads:
             return None
-        return ReadRetry(self.backend, self.policy)
+        return ReadRetry(self._backend, self.policy)
 
     def _one_round_marker(self) -> MarkerShape | None:
         """The marker an admission read binds to take a leaf as it reads, where it may.
@@ -262,7 +273,7 @@ class RetainingSaver(
         and with no history cache: a cache forgets a leaf before it goes, and
         the leaf is known only once read.
         """
-        backend = self.backend
+        backend = self._backend
         if backend is None or not backend.capabilities.takes_as_it_reads:
             return None
         if not backend.matches_audit:
@@ -274,25 +285,25 @@ class RetainingSaver(
     @property
     def cleanup_enabled(self) -> bool:
         """Whether this wrapper may ever delete anything from `inner`."""
-        return self.backend is not None and self.admission != "off"
+        return self._backend is not None and self.admission != "off"
 
     @property
     def counters(self) -> AdmissionCounters:
         """Admission totals so far."""
-        return self.accounts.counters
+        return self._accounts.counters
 
     @property
     def on_reclaim(self) -> Callable[[ReclaimEvent], None] | None:
         """What is called once per reclaimed checkpoint."""
-        return self.accounts.on_reclaim
+        return self._accounts.on_reclaim
 
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return drive(self._get_tuple(config), self.performer)
+        return drive(self._get_tuple(config), self._performer)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await adrive(self._get_tuple(config), self.performer)
+        return await adrive(self._get_tuple(config), self._performer)
 
     def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """`get_tuple` and `aget_tuple`, written once."""
@@ -310,12 +321,12 @@ class RetainingSaver(
         # The admission read: unless it takes a leaf as it reads, only a head shaped like
         # one takes the lock.
         head: CheckpointTuple | None = None
-        if self.one_round is None:
+        if self._one_round is None:
             head = yield self._read_head(thread_id, config)
             if self._nothing_to_reclaim(head, config):
                 if not self._history_may_run(thread_id, head):
                     return head
-                flow = self._history_read(config, self._unreclaimed(thread_id, head))
+                flow = self._history_read(config, self._untaken(thread_id, head))
                 return self._account_history((yield Locked(thread_id, flow)))
         flow = self._remembering(config, self._admission_read(thread_id, config, head))
         return self._account(config, (yield Locked(thread_id, flow)))[1]
@@ -323,7 +334,7 @@ class RetainingSaver(
     def _read_head(self, thread_id: str, config: RunnableConfig) -> ReadHead:
         """The admission read of the head, by the backend itself where it declares it may
         (the fast path runs on upstream internals; the saver's own read is the truth)."""
-        backend = self.backend
+        backend = self._backend
         fast = None
         if backend is not None and backend.capabilities.reads_head and backend.matches_audit:
             fast = _admission.read_head(thread_id, config, cast(HeadReader, backend))
@@ -333,10 +344,10 @@ class RetainingSaver(
         skip = _admission.head_skip(head, self.policy, config)
         if skip is None:
             return False
-        self.accounts.count("attempted", f"skip:{skip.value}")
-        if skip is Skip.PROTECTED_ID and head is not None and self.retry is not None:
+        self._accounts.count("attempted", f"skip:{skip.value}")
+        if skip is Skip.PROTECTED_ID and head is not None and self._retry is not None:
             # Another worker, without this run's selectors, may still reclaim it.
-            self.retry.remember(head)
+            self._retry.remember(head)
         return True
 
     def admit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
@@ -345,11 +356,11 @@ class RetainingSaver(
         For gateways with `admission="explicit"`, after winning the thread.
         Never raises for a cleanup failure; the result says what happened.
         """
-        return drive(self._admit(thread_id, checkpoint_ns), self.performer)
+        return drive(self._admit(thread_id, checkpoint_ns), self._performer)
 
     async def aadmit(self, thread_id: str, *, checkpoint_ns: str = "") -> AdmissionResult:
         """Async `admit`."""
-        return await adrive(self._admit(thread_id, checkpoint_ns), self.performer)
+        return await adrive(self._admit(thread_id, checkpoint_ns), self._performer)
 
     def _admit(self, thread_id: str, checkpoint_ns: str) -> Flow[AdmissionResult]:
         config = self._thread_config(thread_id, checkpoint_ns)
@@ -366,13 +377,13 @@ class RetainingSaver(
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
 
     def _is_admission(self, config: RunnableConfig) -> bool:
-        if self.admission != "auto" or self.backend is None:
+        if self.admission != "auto" or self._backend is None:
             return False
         if not isinstance(config.get("configurable", {}).get("thread_id"), str):
             return False  # the bare saver judges such a read for itself
         if not _run_reads.is_admission_read(config, self._runs):
             return False
-        return not self.accounts.backing_off()
+        return not self._accounts.backing_off()
 
 
 def _unsupported_warning(saver_type: type) -> str:

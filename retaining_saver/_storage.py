@@ -16,16 +16,16 @@ from retaining_saver.backends._stats import StorageStats
 class StorageMixin:
     """What a store holds and takes, and the upkeep it needs; refuses an unsupported saver."""
 
-    backend: Backend | None
-    performer: Performer
+    _backend: Backend | None
+    _performer: Performer
 
     def _nul_ok(self) -> bool:
-        return self.backend is None or self.backend.holds_nul
+        return self._backend is None or self._backend.holds_nul
 
     def _require_backend(self) -> Backend:
-        if self.backend is None:
-            raise UnsupportedSaverError(type(self.performer.inner))
-        return self.backend
+        if self._backend is None:
+            raise UnsupportedSaverError(type(self._performer.inner))
+        return self._backend
 
     def storage_stats(
         self, thread_id: str | None = None, *, channels: bool = False, top_threads: int = 0

@@ -21,7 +21,8 @@ from retaining_saver._engine import _changed_ids, _values
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._idle import HeadFacts, IdleVerdict, ThreadHead, thread_verdict
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
-from retaining_saver.backends._apply import Applied, PlanChanged
+from retaining_saver._rules._recheck import Applied
+from retaining_saver.backends._apply import PlanChanged
 from retaining_saver.backends._sweep import Held, SweepStore, ThreadChanged, locked_act
 
 

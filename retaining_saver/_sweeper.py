@@ -210,11 +210,11 @@ class RetentionSweeper:
 
     def run_pass(self) -> SweepPass:
         """Run one pass now, synchronously (and from any thread, on an async saver too)."""
-        return drive(self._pass(stoppable=True), self.saver.performer)
+        return drive(self._pass(stoppable=True), self.saver._performer)
 
     async def arun_pass(self) -> SweepPass:
         """Async `run_pass`: cancelling it ends the pass with no thread half done."""
-        return await adrive(self._pass(stoppable=False), self.saver.performer)
+        return await adrive(self._pass(stoppable=False), self.saver._performer)
 
     def _pass(self, *, stoppable: bool) -> Flow[SweepPass]:
         """One pass; `stoppable`: a pass `run_until` stopped counts as cancelled."""
@@ -272,7 +272,7 @@ class RetentionSweeper:
     def _remember_clones(self, result: ThreadResult) -> ThreadResult:
         """Remember what each reclaimed duplicate's id resolves to, as the engine does."""
         for (ns, checkpoint_id), clone_id in (result.clones or {}).items():
-            self.saver.reclaimed.remember((result.thread_id, ns, checkpoint_id), clone_id)
+            self.saver._reclaimed.remember((result.thread_id, ns, checkpoint_id), clone_id)
         return result
 
     def _finish(self, run: _Pass, *, cancelled: bool) -> SweepPass:

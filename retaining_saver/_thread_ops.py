@@ -28,8 +28,9 @@ from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Invalidate, Locked, Mode, Run, adrive, answer, drive
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._rules import RetentionPolicy, plan_run_removal
+from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
-from retaining_saver.backends._apply import Applied, PlanChanged
+from retaining_saver.backends._apply import PlanChanged
 from retaining_saver.backends._base import Backend, Op
 
 logger = logging.getLogger("retaining_saver")
@@ -43,7 +44,7 @@ class ThreadOpsMixin(MaintenanceMixin):
     own methods answer instead (see `CachePurgeMixin`)."""
 
     inner: BaseCheckpointSaver[Any]
-    stamps: OwnStamps | None
+    _stamps: OwnStamps | None
     _inner_delete_for_runs: Callable[[Sequence[str]], Any]
     _inner_adelete_for_runs: Callable[[Sequence[str]], Coroutine[Any, Any, Any]]
 
@@ -63,15 +64,15 @@ class ThreadOpsMixin(MaintenanceMixin):
         Raises:
             TypeError: If `run_ids` is not a collection of strings.
         """
-        if self.backend is None:
+        if self._backend is None:
             return self._inner_delete_for_runs(run_ids)  # type: ignore[no-any-return]
-        return drive(self._delete_for_runs(run_ids), self.performer)
+        return drive(self._delete_for_runs(run_ids), self._performer)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async `delete_for_runs`."""
-        if self.backend is None:
+        if self._backend is None:
             return await self._inner_adelete_for_runs(run_ids)  # type: ignore[no-any-return]
-        return await adrive(self._delete_for_runs(run_ids), self.performer)
+        return await adrive(self._delete_for_runs(run_ids), self._performer)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Flow[None]:
         runs = _run_ids(run_ids)
@@ -86,11 +87,11 @@ class ThreadOpsMixin(MaintenanceMixin):
         gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
         if not gone:
             return
-        self.reclaimed.forget_clones(thread_id, gone)
-        if self.stamps is not None:
+        self._reclaimed.forget_clones(thread_id, gone)
+        if self._stamps is not None:
             for ns, checkpoint_id in gone:
                 if ns == "":
-                    self.stamps.forget(thread_id, checkpoint_id)
+                    self._stamps.forget(thread_id, checkpoint_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint of the source thread, in every namespace, with its parent
@@ -107,15 +108,15 @@ class ThreadOpsMixin(MaintenanceMixin):
             TypeError: If a thread id is not a non-empty str.
             ValueError: If the target thread already has checkpoints.
         """
-        if self.backend is None:
+        if self._backend is None:
             return self.inner.copy_thread(source_thread_id, target_thread_id)  # as bare
-        return drive(self._copy_thread(source_thread_id, target_thread_id), self.performer)
+        return drive(self._copy_thread(source_thread_id, target_thread_id), self._performer)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async `copy_thread`."""
-        if self.backend is None:
+        if self._backend is None:
             return await self.inner.acopy_thread(source_thread_id, target_thread_id)
-        return await adrive(self._copy_thread(source_thread_id, target_thread_id), self.performer)
+        return await adrive(self._copy_thread(source_thread_id, target_thread_id), self._performer)
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Flow[None]:
         source, target = self._copy_ids(source_thread_id, target_thread_id)

@@ -34,11 +34,11 @@ logger = logging.getLogger("retaining_saver")
 class WritesMixin(DelegatingSaver):
     """`put`, `put_writes`, `delete_thread` and their async twins, for `RetainingSaver`."""
 
-    backend: Backend | None
-    locks: ThreadLocks
-    performer: Performer
-    stamps: OwnStamps | None
-    reclaimed: ReclaimedIds
+    _backend: Backend | None
+    _locks: ThreadLocks
+    _performer: Performer
+    _stamps: OwnStamps | None
+    _reclaimed: ReclaimedIds
     # Leaf-shaped checkpoints reads returned, which a write on them would keep.
     _stamps_read: BoundedLru[Key, bool]
     # What writes on stamps reclaimed, to be accounted once their lock is released.
@@ -58,9 +58,9 @@ class WritesMixin(DelegatingSaver):
     ) -> RunnableConfig:
         if (thread_id := self._lockable(config)) is None:
             return super().put(config, checkpoint, metadata, new_versions)
-        with self.locks.hold(thread_id):
+        with self._locks.hold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = drive(flow, self.performer)
+            config = drive(flow, self._performer)
             stored = super().put(config, checkpoint, metadata, new_versions)
             self._remember_stamp(config, checkpoint, metadata)
         self._account_taken()
@@ -75,9 +75,9 @@ class WritesMixin(DelegatingSaver):
     ) -> RunnableConfig:
         if (thread_id := self._lockable(config)) is None:
             return await super().aput(config, checkpoint, metadata, new_versions)
-        async with self.locks.ahold(thread_id):
+        async with self._locks.ahold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = await adrive(flow, self.performer)
+            config = await adrive(flow, self._performer)
             stored = await super().aput(config, checkpoint, metadata, new_versions)
             self._remember_stamp(config, checkpoint, metadata)
         self._account_taken()
@@ -92,8 +92,8 @@ class WritesMixin(DelegatingSaver):
     ) -> None:
         if (thread_id := self._lockable(config)) is None:
             return super().put_writes(config, writes, task_id, task_path)
-        with self.locks.hold(thread_id):
-            config = drive(self._landing(thread_id, config, checkpoint=False), self.performer)
+        with self._locks.hold(thread_id):
+            config = drive(self._landing(thread_id, config, checkpoint=False), self._performer)
             super().put_writes(config, writes, task_id, task_path)
         self._account_taken()
 
@@ -106,9 +106,9 @@ class WritesMixin(DelegatingSaver):
     ) -> None:
         if (thread_id := self._lockable(config)) is None:
             return await super().aput_writes(config, writes, task_id, task_path)
-        async with self.locks.ahold(thread_id):
+        async with self._locks.ahold(thread_id):
             flow = self._landing(thread_id, config, checkpoint=False)
-            config = await adrive(flow, self.performer)
+            config = await adrive(flow, self._performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._account_taken()
 
@@ -116,24 +116,24 @@ class WritesMixin(DelegatingSaver):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
         """Once stored: the root put this process wrote, which may be a stamp."""
-        if self.stamps is not None:
-            self.stamps.remember(config, checkpoint, metadata)
+        if self._stamps is not None:
+            self._stamps.remember(config, checkpoint, metadata)
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)
-        drive(self._forgetting(thread_id), self.performer)
+        drive(self._forgetting(thread_id), self._performer)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await super().adelete_thread(thread_id)
-        await adrive(self._forgetting(thread_id), self.performer)
+        await adrive(self._forgetting(thread_id), self._performer)
 
     def _forgetting(self, thread_id: str) -> Flow[None]:
         """The thread is gone: so are the records of what was reclaimed in it."""
-        if self.backend is None or not isinstance(thread_id, str):
+        if self._backend is None or not isinstance(thread_id, str):
             return
-        self.reclaimed.forget_thread(thread_id)
+        self._reclaimed.forget_thread(thread_id)
         try:
-            yield Run(self.backend.forget_reclaimed(thread_id), Mode.WRITE)
+            yield Run(self._backend.forget_reclaimed(thread_id), Mode.WRITE)
         except Exception as error:
             logger.warning("could not forget the reclaims of thread %s: %r", thread_id, error)
 
@@ -158,10 +158,10 @@ class WritesMixin(DelegatingSaver):
         """
         config = self._onto_survivor(config)
         configurable = config["configurable"]
-        if self.stamps is None or configurable.get("checkpoint_ns", ""):
+        if self._stamps is None or configurable.get("checkpoint_ns", ""):
             return config
         target = configurable.get("checkpoint_id")
-        stamp = self.stamps.peek(thread_id)
+        stamp = self._stamps.peek(thread_id)
         on_stamp = stamp is not None and stamp.checkpoint_id == target
         read_as_stamp = self._stamps_read.get((thread_id, "", str(target))) is not None
         update = metadata is not None and metadata.get("source") == "update"
@@ -186,7 +186,7 @@ class WritesMixin(DelegatingSaver):
     def _lockable(self, config: RunnableConfig) -> str | None:
         """The thread a write must lock, or None where nothing of ours can race it
         (cleanup disabled, or an id the bare saver will judge for itself)."""
-        if self.backend is None or not well_formed(config):
+        if self._backend is None or not well_formed(config):
             return None
         thread_id = config["configurable"].get("thread_id")
         return thread_id if isinstance(thread_id, str) else None
@@ -198,7 +198,7 @@ class WritesMixin(DelegatingSaver):
         if not checkpoint_id:
             return config
         key = (configurable["thread_id"], configurable.get("checkpoint_ns", ""), checkpoint_id)
-        survivor = self.reclaimed.survivor(key)
+        survivor = self._reclaimed.survivor(key)
         return config if survivor is None else pinned_to(config, survivor)
 
 

@@ -80,6 +80,7 @@ from retaining_saver._cli_targets import (
     open_store,
     resolve_target,
 )
+from retaining_saver._maintenance import PRUNE_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ def _prune_options(sub: argparse.ArgumentParser) -> None:
     options.add_thread_option(sub, required=True)
     sub.add_argument(
         "--strategy",
-        choices=commands.PRUNE_STRATEGIES,
+        choices=PRUNE_STRATEGIES,
         default="keep_latest",
         help="keep_latest: each namespace keeps its latest checkpoint (and what the "
         "rules protect); delete: the whole thread goes (default: keep_latest)",

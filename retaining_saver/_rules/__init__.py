@@ -145,111 +145,55 @@ prove unreachable stays.
 
 from __future__ import annotations
 
-from retaining_saver._rules._checks import (
-    PRECONDITIONS,
-    Check,
-    DeletionFacts,
-    DeletionKind,
-    check_deletion,
-    deletion_holds,
-    kind_of,
-    leaf_skip,
-    leaf_verdict,
-    parent_skip,
-    preconditions_table,
-    untaken_skip,
-)
-from retaining_saver._rules._leaf import (
-    DELTA_UNNAMED_KEY,
-    DURATION_MARKER,
-    MAX_STACKED_LEAVES,
-    RUN_HISTORY_KEYS,
-    MarkerShape,
-    graft_holds,
-    has_marker,
-    is_clone,
-    is_duration_marker,
-    is_duration_metadata,
-    leaf_deletion,
-    marker_shape,
-    may_have_marker,
-    root_holds,
-)
-from retaining_saver._rules._lineage import (
-    DELTA_METADATA_KEY,
-    BlobKey,
-    CheckpointNode,
-    Deletion,
-    Graft,
-    LeafFacts,
-    Lineage,
-    Materialise,
-    NodeKey,
-    Plan,
-    Protection,
-    Reason,
-    Root,
-    Skip,
-)
-from retaining_saver._rules._plan import plan_retention
-from retaining_saver._rules._policy import LeafPredicate, RetentionPolicy
-from retaining_saver._rules._runs import (
-    compactable_steps,
-    delta_channels,
-    split_runs,
-    uses_delta_channels,
-)
-from retaining_saver._rules._runs_removal import RUN_ID_KEY, plan_run_removal, run_of
-
-__all__ = [
-    "DELTA_METADATA_KEY",
-    "DELTA_UNNAMED_KEY",
-    "DURATION_MARKER",
-    "MAX_STACKED_LEAVES",
-    "PRECONDITIONS",
-    "RUN_HISTORY_KEYS",
-    "RUN_ID_KEY",
-    "BlobKey",
-    "Check",
-    "CheckpointNode",
-    "Deletion",
-    "DeletionFacts",
-    "DeletionKind",
-    "Graft",
-    "LeafFacts",
-    "LeafPredicate",
-    "Lineage",
-    "MarkerShape",
-    "Materialise",
-    "NodeKey",
-    "Plan",
-    "Protection",
-    "Reason",
-    "RetentionPolicy",
-    "Root",
-    "Skip",
-    "check_deletion",
-    "compactable_steps",
-    "deletion_holds",
-    "delta_channels",
-    "graft_holds",
-    "has_marker",
-    "is_clone",
-    "is_duration_marker",
-    "is_duration_metadata",
-    "kind_of",
-    "leaf_deletion",
-    "leaf_skip",
-    "leaf_verdict",
-    "marker_shape",
-    "may_have_marker",
-    "parent_skip",
-    "plan_retention",
-    "plan_run_removal",
-    "preconditions_table",
-    "root_holds",
-    "run_of",
-    "split_runs",
-    "untaken_skip",
-    "uses_delta_channels",
-]
+# The rules' names for the rest of the package, re-exported as `X as X` (explicit for
+# mypy): `_rules` is internal, so it has no `__all__`.
+from retaining_saver._rules._checks import PRECONDITIONS as PRECONDITIONS
+from retaining_saver._rules._checks import Check as Check
+from retaining_saver._rules._checks import DeletionFacts as DeletionFacts
+from retaining_saver._rules._checks import DeletionKind as DeletionKind
+from retaining_saver._rules._checks import check_deletion as check_deletion
+from retaining_saver._rules._checks import deletion_holds as deletion_holds
+from retaining_saver._rules._checks import kind_of as kind_of
+from retaining_saver._rules._checks import leaf_skip as leaf_skip
+from retaining_saver._rules._checks import leaf_verdict as leaf_verdict
+from retaining_saver._rules._checks import parent_skip as parent_skip
+from retaining_saver._rules._checks import preconditions_table as preconditions_table
+from retaining_saver._rules._checks import untaken_skip as untaken_skip
+from retaining_saver._rules._leaf import DELTA_UNNAMED_KEY as DELTA_UNNAMED_KEY
+from retaining_saver._rules._leaf import DURATION_MARKER as DURATION_MARKER
+from retaining_saver._rules._leaf import MAX_STACKED_LEAVES as MAX_STACKED_LEAVES
+from retaining_saver._rules._leaf import RUN_HISTORY_KEYS as RUN_HISTORY_KEYS
+from retaining_saver._rules._leaf import MarkerShape as MarkerShape
+from retaining_saver._rules._leaf import graft_holds as graft_holds
+from retaining_saver._rules._leaf import has_marker as has_marker
+from retaining_saver._rules._leaf import is_clone as is_clone
+from retaining_saver._rules._leaf import is_duration_marker as is_duration_marker
+from retaining_saver._rules._leaf import is_duration_metadata as is_duration_metadata
+from retaining_saver._rules._leaf import leaf_deletion as leaf_deletion
+from retaining_saver._rules._leaf import marker_shape as marker_shape
+from retaining_saver._rules._leaf import may_have_marker as may_have_marker
+from retaining_saver._rules._leaf import root_holds as root_holds
+from retaining_saver._rules._lineage import DELTA_METADATA_KEY as DELTA_METADATA_KEY
+from retaining_saver._rules._lineage import BlobKey as BlobKey
+from retaining_saver._rules._lineage import CheckpointNode as CheckpointNode
+from retaining_saver._rules._lineage import Deletion as Deletion
+from retaining_saver._rules._lineage import Graft as Graft
+from retaining_saver._rules._lineage import LeafFacts as LeafFacts
+from retaining_saver._rules._lineage import Lineage as Lineage
+from retaining_saver._rules._lineage import Materialise as Materialise
+from retaining_saver._rules._lineage import NodeKey as NodeKey
+from retaining_saver._rules._lineage import Plan as Plan
+from retaining_saver._rules._lineage import Protection as Protection
+from retaining_saver._rules._lineage import Reason as Reason
+from retaining_saver._rules._lineage import Root as Root
+from retaining_saver._rules._lineage import Skip as Skip
+from retaining_saver._rules._plan import plan_retention as plan_retention
+from retaining_saver._rules._policy import LeafPredicate as LeafPredicate
+from retaining_saver._rules._policy import RetentionPolicy as RetentionPolicy
+from retaining_saver._rules._runs import compactable_steps as compactable_steps
+from retaining_saver._rules._runs import delta_channels as delta_channels
+from retaining_saver._rules._runs import split_runs as split_runs
+from retaining_saver._rules._runs import uses_delta_channels as uses_delta_channels
+from retaining_saver._rules._runs_removal import RUN_ID_KEY as RUN_ID_KEY
+from retaining_saver._rules._runs_removal import plan_run_removal as plan_run_removal
+from retaining_saver._rules._runs_removal import run_of as run_of

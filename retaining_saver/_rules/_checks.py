@@ -18,24 +18,24 @@ table as `_rules` renders it (`preconditions_table`):
 | take      | still-a-clone       | it holds exactly its parent's state                   |
 | take      | childless           | no checkpoint names it as parent                      |
 | take      | newest-parent-next  | it is its namespace's newest, its parent the next     |
-| trailing  | parent-as-proven    | it is there, with the parent it was proven against    |
-| trailing  | childless           | no checkpoint names it as parent                      |
-| trailing  | no-pending-writes   | it owns no writes                                     |
-| trailing  | newest-parent-next  | it is its namespace's newest, its parent the next     |
-| trailing  | still-a-clone       | it holds exactly its parent's state                   |
-| duplicate | parent-as-proven    | it is there, with the parent it was proven against    |
-| duplicate | childless           | no checkpoint names it as parent                      |
-| duplicate | no-pending-writes   | it owns no writes                                     |
-| duplicate | still-a-clone       | it holds exactly its parent's state                   |
+| stamp     | parent-as-proven    | it is there, with the parent it was proven against    |
+| stamp     | childless           | no checkpoint names it as parent                      |
+| stamp     | no-pending-writes   | it owns no writes                                     |
+| stamp     | newest-parent-next  | it is its namespace's newest, its parent the next     |
+| stamp     | still-a-clone       | it holds exactly its parent's state                   |
+| clone     | parent-as-proven    | it is there, with the parent it was proven against    |
+| clone     | childless           | no checkpoint names it as parent                      |
+| clone     | no-pending-writes   | it owns no writes                                     |
+| clone     | still-a-clone       | it holds exactly its parent's state                   |
 | row       | parent-as-proven    | it is there, with the parent it was proven against    |
 | row       | childless           | no checkpoint names it as parent                      |
 | row       | no-pending-writes   | it owns no writes, unless the plan counts them        |
 |           |                     | consumed                                              |
 
-A take is admission's: a trailing leaf judged on the rows one round reads
-(`leaf_verdict`). A trailing deletion is a plan's trailing leaf, judged on its
-own first; a duplicate is a grafted duration link, judged on the rows the plan
-reads and changes (`_recheck`); a row is every other deletion, which its
+A take is admission's: a stamp at the head judged on the rows one round reads
+(`leaf_verdict`). A stamp deletion is a plan's stamp at the head, judged on its
+own first; a clone deletion is a grafted duration link, judged on the rows the
+plan reads and changes (`_recheck`); a row is every other deletion, which its
 statement alone guards, the plan's own deletions aside (a child deleted with
 it does not count).
 """
@@ -56,8 +56,8 @@ class DeletionKind(StrEnum):
     """Which preconditions a deletion re-checks (`PRECONDITIONS`)."""
 
     TAKE = "take"
-    TRAILING = "trailing"
-    DUPLICATE = "duplicate"
+    STAMP = "stamp"
+    CLONE = "clone"
     ROW = "row"
 
 
@@ -180,14 +180,14 @@ PRECONDITIONS: Mapping[DeletionKind, tuple[Check, ...]] = {
         CHILDLESS,
         NEWEST_PARENT_NEXT,
     ),
-    DeletionKind.TRAILING: (
+    DeletionKind.STAMP: (
         PARENT_AS_PROVEN,
         CHILDLESS,
         NO_PENDING_WRITES,
         NEWEST_PARENT_NEXT,
         STILL_A_CLONE,
     ),
-    DeletionKind.DUPLICATE: (PARENT_AS_PROVEN, CHILDLESS, NO_PENDING_WRITES, STILL_A_CLONE),
+    DeletionKind.CLONE: (PARENT_AS_PROVEN, CHILDLESS, NO_PENDING_WRITES, STILL_A_CLONE),
     DeletionKind.ROW: (PARENT_AS_PROVEN, CHILDLESS, NO_UNCONSUMED_WRITES),
 }
 """Each kind's checks, in the order a verdict runs them (the first that fails names a take's
@@ -200,11 +200,11 @@ _ON_PARENT = (PARENT_PRESENT, STILL_A_CLONE)
 
 
 def kind_of(deletion: Deletion) -> DeletionKind:
-    """The kind of a planned deletion: trailing (must leave its parent the head), duplicate
-    (must still clone its parent), or row."""
+    """The kind of a planned deletion: a stamp (must leave its parent the head), a clone
+    (must still clone its parent), or a row."""
     if deletion.must_be_head:
-        return DeletionKind.TRAILING
-    return DeletionKind.DUPLICATE if deletion.clone_of is not None else DeletionKind.ROW
+        return DeletionKind.STAMP
+    return DeletionKind.CLONE if deletion.clone_of is not None else DeletionKind.ROW
 
 
 def failed_check(deletion: Deletion, facts: DeletionFacts, kind: DeletionKind) -> Check | None:

@@ -139,7 +139,7 @@ class _History(_AncestorReads):
         self.units = root_units
 
     def _heads(self) -> dict[str, NodeKey]:
-        """Each namespace's head as `_trailing_stacks` left it, where no row is missing."""
+        """Each namespace's head as `_stamp_stacks` left it, where no row is missing."""
         heads: dict[str, NodeKey] = {}
         for key in self.lineage.nodes:
             if key not in self.taken and key > heads.get(key[0], ("", "")):

@@ -60,7 +60,7 @@ class _Planner:
                 self.newest_missing[ns] = max(self.newest_missing.get(ns, ""), node.parent_id)
 
     def plan(self) -> Plan:
-        units = self._trailing_stacks()
+        units = self._stamp_stacks()
         self._protect_chains(set(_flatten(units)))
         history = _History(
             self.lineage,
@@ -119,7 +119,7 @@ class _Planner:
         parent = self.lineage.parent(node)
         return parent is not None and is_clone(node, parent)
 
-    def _trailing_stacks(self) -> list[list[Deletion]]:
+    def _stamp_stacks(self) -> list[list[Deletion]]:
         """Each namespace's run of newest checkpoints, each the clone child of the next.
 
         Each goes as admission's take would (`leaf_verdict`, the take's checks),

@@ -118,7 +118,7 @@ class PlanRecheck:
     steps still hold. `applied` records what was carried out and what was dropped.
 
     In the order a backend calls it: `rows_to_read` then `read` for each; for each of
-    `trailing`, `facts_to_read`, `holds` and `carried_out`; then `parent_changes`, then
+    `stamps`, `facts_to_read`, `holds` and `carried_out`; then `parent_changes`, then
     `doomed`, whose statements the backend runs; `reclaimed` names the duplicates
     whose ids now resolve to their clone.
     """
@@ -127,7 +127,7 @@ class PlanRecheck:
         self.plan = plan
         self.applied = Applied()
         self._rows = _Rows()
-        self._trailing = [d for d in plan.deletions if kind_of(d) is DeletionKind.TRAILING]
+        self._stamps = [d for d in plan.deletions if kind_of(d) is DeletionKind.STAMP]
 
     def rows_to_read(self) -> list[RowsToRead]:
         """The rows of the duration links the plan grafts past or deletes, with the children
@@ -138,7 +138,7 @@ class PlanRecheck:
             named.setdefault(graft.checkpoint_ns, set()).update(chain)
         doomed: dict[str, set[str]] = {}
         for d in self.plan.deletions:
-            if kind_of(d) is DeletionKind.DUPLICATE and d.clone_of is not None:
+            if kind_of(d) is DeletionKind.CLONE and d.clone_of is not None:
                 named.setdefault(d.checkpoint_ns, set()).update([d.checkpoint_id, d.clone_of])
                 doomed.setdefault(d.checkpoint_ns, set()).add(d.checkpoint_id)
         return [
@@ -155,14 +155,14 @@ class PlanRecheck:
         for parent_id, child_ids in children.items():
             self._rows.kids[(ns, parent_id)] = {(ns, c) for c in child_ids}
 
-    def trailing(self) -> list[Deletion]:
+    def stamps(self) -> list[Deletion]:
         """The deletions to judge and carry out first, each on its own: those that must leave
         their parent the head, planned before any value was stored at their parent."""
-        return list(self._trailing)
+        return list(self._stamps)
 
     @staticmethod
     def facts_to_read(deletion: Deletion) -> FactsToRead:
-        """What `holds` reads for one of `trailing`."""
+        """What `holds` reads for one of `stamps`."""
         return facts_to_read(deletion)
 
     @staticmethod
@@ -171,7 +171,7 @@ class PlanRecheck:
         return check_deletion(deletion, facts)
 
     def carried_out(self, deletion: Deletion, taken: bool) -> None:
-        """Record one of `trailing`: deleted (`taken`) or dropped."""
+        """Record one of `stamps`: deleted (`taken`) or dropped."""
         if taken:
             self._rows.delete((deletion.checkpoint_ns, deletion.checkpoint_id), deletion.parent_id)
             self.applied.deleted.append(deletion)
@@ -202,12 +202,12 @@ class PlanRecheck:
         """The rows of the other deletions, children before parents: each guarded by its
         statement (a row), a duplicate's judged again on the rows."""
         doomed: list[RowKey] = []
-        trailing = {(d.checkpoint_ns, d.checkpoint_id) for d in self._trailing}
+        stamps = {(d.checkpoint_ns, d.checkpoint_id) for d in self._stamps}
         for deletion in self.plan.deletions:
             key = (deletion.checkpoint_ns, deletion.checkpoint_id)
-            if key in trailing:
+            if key in stamps:
                 continue
-            if kind_of(deletion) is DeletionKind.ROW or self._still_a_duplicate(deletion):
+            if kind_of(deletion) is DeletionKind.ROW or self._still_a_clone(deletion):
                 doomed.append((*key, deletion.parent_id, deletion.writes_consumed))
                 self._rows.delete(key, deletion.parent_id)
                 self.applied.deleted.append(deletion)
@@ -217,9 +217,9 @@ class PlanRecheck:
 
     def reclaimed(self) -> list[Deletion]:
         """The duplicates deleted by `doomed`: each id now resolves to the clone it copied."""
-        return [d for d in self.applied.deleted if kind_of(d) is DeletionKind.DUPLICATE]
+        return [d for d in self.applied.deleted if kind_of(d) is DeletionKind.CLONE]
 
-    def _still_a_duplicate(self, deletion: Deletion) -> bool:
+    def _still_a_clone(self, deletion: Deletion) -> bool:
         key = (deletion.checkpoint_ns, deletion.checkpoint_id)
         node = self._rows.nodes.get(key)
         parent = (

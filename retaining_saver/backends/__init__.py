@@ -16,6 +16,10 @@ dialect hooks, and mixes in the parts kept in modules beside it in one order
 base (`SqlBackend` for the SQL stores, `Backend` for memory) and of no other part. A
 store's SQL is named constants in its `_<store>_sql*` modules; the tuples built as
 upstream builds them, and the audit of the internals that takes, are `_upstream`.
+
+`retaining_saver.backends` is not API: nothing here is exported or kept stable,
+and a backend is reached only through `RetainingSaver`; the public names are
+`retaining_saver`'s and `retaining_saver.testing`'s.
 """
 
 from __future__ import annotations
@@ -107,6 +111,3 @@ def _warn_drift(saver_name: str, drift: list[str]) -> None:
         _upstream.installed_versions(),
         _upstream.AUDITED_VERSIONS,
     )
-
-
-__all__ = ["Backend", "backend_for", "backend_name", "store_overrides", "supported_base"]

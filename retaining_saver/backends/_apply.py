@@ -22,16 +22,52 @@ first (before any value is stored at its parent, which it must clone).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from retaining_saver._rules import NodeKey, Plan
+from retaining_saver._rules import BlobKey, CheckpointNode, Deletion, DeletionFacts, NodeKey, Plan
 from retaining_saver._rules._recheck import Applied, ParentChange, PlanRecheck, RowKey
+from retaining_saver.backends._ops import Op
 
-if TYPE_CHECKING:
-    from retaining_saver.backends._base import Backend, Op
 
-__all__ = ["Applied", "ParentChange", "PlanChanged", "RowKey", "apply_plan"]
+class PlanStore(Protocol):
+    """What carrying out a plan asks of a backend (`Backend` has all of it): named here so
+    that this module needs no import of the backend it serves."""
+
+    @property
+    def stores_blobs(self) -> bool: ...
+
+    def load_nodes(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, CheckpointNode]]: ...
+
+    def children_of(
+        self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
+    ) -> Op[dict[str, set[str]]]: ...
+
+    def deletion_facts(self, thread_id: str, deletion: Deletion) -> Op[DeletionFacts]: ...
+
+    def delete_as_planned(self, thread_id: str, deletion: Deletion) -> Op[bool]: ...
+
+    def store_values(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        values: Mapping[str, tuple[str, Any]],
+    ) -> Op[bool]: ...
+
+    def set_parents(self, thread_id: str, changes: Sequence[ParentChange]) -> Op[int]: ...
+
+    def delete_rows(self, thread_id: str, rows: Sequence[RowKey]) -> Op[int]: ...
+
+    def record_reclaimed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, clone_id: str
+    ) -> Op[None]: ...
+
+    def delete_unreferenced_blobs(
+        self, thread_id: str, candidates: Sequence[BlobKey]
+    ) -> Op[list[BlobKey]]: ...
 
 
 class PlanChanged(RuntimeError):
@@ -39,7 +75,7 @@ class PlanChanged(RuntimeError):
 
 
 def apply_plan(
-    backend: Backend,
+    backend: PlanStore,
     thread_id: str,
     plan: Plan,
     values: Mapping[NodeKey, Mapping[str, Any]],
@@ -55,7 +91,7 @@ def apply_plan(
                 thread_id, rows.checkpoint_ns, rows.parents_of
             )
         recheck.read(rows.checkpoint_ns, found, children)
-    for deletion in recheck.trailing():
+    for deletion in recheck.stamps():
         facts = yield from backend.deletion_facts(thread_id, deletion)
         taken = recheck.holds(deletion, facts) and (
             yield from backend.delete_as_planned(thread_id, deletion)

@@ -29,13 +29,8 @@ from retaining_saver._rules import (
     Skip,
 )
 from retaining_saver._rules._policy import RetentionPolicy
-from retaining_saver._rules._recheck import LeafTake, PlanRecheck
-from retaining_saver.backends._apply import (
-    Applied,
-    ParentChange,
-    RowKey,
-    apply_plan,
-)
+from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
+from retaining_saver.backends._apply import apply_plan
 from retaining_saver.backends._ops import Capabilities as Capabilities
 from retaining_saver.backends._ops import Integrity as Integrity
 from retaining_saver.backends._ops import Mode as Mode

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from retaining_saver._rules import BlobKey, Lineage
-from retaining_saver.backends._apply import ParentChange, RowKey
+from retaining_saver._rules._recheck import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._postgres_sql_plan import (
     DELETE_BLOBS_SQL,

@@ -22,7 +22,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode
-from retaining_saver.backends._apply import ParentChange, RowKey
+from retaining_saver._rules._recheck import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
 from retaining_saver.backends._sqlite_sql import DELETE_WRITES_SQL

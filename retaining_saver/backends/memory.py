@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
-from retaining_saver.backends._apply import ParentChange, RowKey
+from retaining_saver._rules._recheck import ParentChange, RowKey
 from retaining_saver.backends._base import (
     Integrity,
     Mode,

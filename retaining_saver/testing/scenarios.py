@@ -113,7 +113,7 @@ def deleting_a_branch_ancestor_is_detected_loudly(factory: SaverFactory, flavor:
         chat = _Thread(inner, flavor)
         chat.turns(0, 3)
         ancestor = list(walk(inner, thread(T)))[5]
-        backend = chat.saver.backend
+        backend = chat.saver._backend
         assert backend is not None
         ns, cid = "", str(ancestor.checkpoint["id"])
         backend.run(backend.delete_checkpoint(T, ns, cid))
@@ -131,7 +131,7 @@ def deleting_an_explicit_resume_target_removes_it(factory: SaverFactory, flavor:
         chat.turns(0, 2)
         target = chat.head_id()
         chat.turns(2, 3)
-        backend = chat.saver.backend
+        backend = chat.saver._backend
         assert backend is not None
         backend.run(backend.delete_checkpoint(T, "", target))
         assert inner.get_tuple(thread(T, target)) is None
@@ -256,7 +256,7 @@ def missing_ancestor_row_is_tolerated(factory: SaverFactory, flavor: Flavor) -> 
     with factory() as inner:
         chat = _Thread(inner, flavor)
         chat.turns(0, 3, leaves=True)
-        backend = chat.saver.backend
+        backend = chat.saver._backend
         assert backend is not None
         oldest = min(_ids(inner))
         child = next(

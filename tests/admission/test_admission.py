@@ -238,16 +238,16 @@ def test_leaves_another_worker_took_first_are_not_handed_out(
         upper = write_duration_leaf(inner, "stack", "r2")
         first = RetainingSaver(inner)
         second = RetainingSaver(inner, retry_unpinned_reads=False)  # no rescue by a re-read
-        assert second.backend is not None
+        assert second._backend is not None
         won = []
-        take = second.backend.reclaim_leaf
+        take = second._backend.reclaim_leaf
 
         def first_wins_meanwhile(*args: Any, **kwargs: Any) -> Any:
             if not won:
                 won.append(first.admit("stack"))
             return take(*args, **kwargs)
 
-        second.backend.reclaim_leaf = first_wins_meanwhile  # type: ignore[method-assign]
+        second._backend.reclaim_leaf = first_wins_meanwhile  # type: ignore[method-assign]
         if way == "admit":
             assert second.admit("stack").head_id == run_head.checkpoint["id"]
         else:
@@ -255,7 +255,7 @@ def test_leaves_another_worker_took_first_are_not_handed_out(
             assert read is not None and read.checkpoint == run_head.checkpoint
         # On Postgres the admission read took L2 as it read the head, before any round:
         # A wins the second round, L1.
-        one_round = way == "admission-read" and second.one_round is not None
+        one_round = way == "admission-read" and second._one_round is not None
         assert won[0].reclaimed == ((lower,) if one_round else (upper, lower))
         assert second.counters.reclaimed == int(one_round)
         assert second.counters.skipped == {Skip.PRECONDITION_CHANGED.value: 1}

@@ -86,7 +86,7 @@ class _Racing:
             found = await original(config)
             if self.armed and found and not config["configurable"].get("checkpoint_id"):
                 self.armed = False
-                backend = saver.backend
+                backend = saver._backend
                 assert backend is not None
                 op = backend.delete_checkpoint("race", "", found.checkpoint["id"])
                 await backend.arun(op)

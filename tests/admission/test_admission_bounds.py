@@ -67,7 +67,7 @@ def _admission_calls(
 ) -> dict[str, int]:
     """Run `admit`, counting the saver's reads, backend primitives and Postgres statements."""
     reads = Recorder(inner, ["get_tuple", "list"])
-    backend: Backend = saver.backend  # type: ignore[assignment]
+    backend: Backend = saver._backend  # type: ignore[assignment]
     ops = Recorder(backend, [n for n in LOOKUPS + ROUND + SCANS if hasattr(backend, n)])
     statements: list[Any] = []
     original = postgres_backend._execute
@@ -186,15 +186,15 @@ def test_cache_refilled_during_the_take_is_invalidated_again() -> None:
     saver = RetainingSaver(inner, history_caches=[cache])
     build_chat_graph(saver).invoke(chat_turn(0), thread_config("c"))
     leaf = write_duration_leaf(saver, "c")
-    assert saver.backend is not None
-    take = saver.backend.reclaim_leaf
+    assert saver._backend is not None
+    take = saver._backend.reclaim_leaf
 
     def refill_then_take(*args: Any, **kwargs: Any) -> Any:
         saver.get_delta_channel_history(config=_pinned("c", leaf), channels=["messages"])
         assert len(cache) == 1
         return (yield from take(*args, **kwargs))
 
-    saver.backend.reclaim_leaf = refill_then_take  # type: ignore[method-assign]
+    saver._backend.reclaim_leaf = refill_then_take  # type: ignore[method-assign]
     assert saver.admit("c").reclaimed == (leaf,)
     assert len(cache) == 0
 
@@ -216,7 +216,7 @@ def test_stack_ends_at_a_leaf_with_writes(kind: str, request: pytest.FixtureRequ
 def _next_turn_with_broken(
     saver: RetainingSaver, thread_id: str, method: str, stamper: Any = None
 ) -> str:
-    """Run a turn, stamp a leaf, make `saver.backend.<method>` raise, run a turn; the leaf.
+    """Run a turn, stamp a leaf, make `saver._backend.<method>` raise, run a turn; the leaf.
 
     By default the leaf is stamped by another process (straight to the store),
     so admission reads the head before taking it.
@@ -229,7 +229,7 @@ def _next_turn_with_broken(
     def explode(*args: Any, **kwargs: Any) -> Any:
         raise OSError(f"{method} is broken")
 
-    setattr(saver.backend, method, explode)
+    setattr(saver._backend, method, explode)
     assert graph.invoke(chat_turn(1), thread_config(thread_id))["turns"] == 2
     return leaf
 
@@ -254,12 +254,12 @@ def test_failed_parent_build_still_counts_the_reclaim(
         events: list[ReclaimEvent] = []
         saver = RetainingSaver(inner, on_reclaim=events.append)
         own = stamped_by == "this-saver"
-        builder = "read_tuple" if saver.one_round is not None else "parent_tuple"
+        builder = "read_tuple" if saver._one_round is not None else "parent_tuple"
         leaf = _next_turn_with_broken(saver, "s", builder, saver if own else None)
         assert inner.get_tuple(_pinned("s", leaf)) is None
         assert (saver.counters.reclaimed, saver.counters.failed) == (1, 0)
         assert [event.checkpoint_id for event in events] == [leaf]
-        if saver.one_round is not None:  # the admission read's own row: its fast path
+        if saver._one_round is not None:  # the admission read's own row: its fast path
             assert saver.counters.fallbacks == {"the admission read's fast path": 1}
         else:
             assert any("could not build the head" in r.getMessage() for r in caplog.records)
@@ -337,7 +337,7 @@ def test_lock_registry_does_not_grow() -> None:
     saver = RetainingSaver(InMemorySaver())
     for i in range(500):
         saver.admit(f"thread-{i}")
-    assert len(saver.locks) == 0
+    assert len(saver._locks) == 0
 
 
 async def test_async_locks_work_across_event_loops() -> None:
@@ -377,7 +377,7 @@ def test_delta_history_of_a_vanished_target_is_rebuilt(
         saver = RetainingSaver(inner, admission="off")
         resolved = saver.get_tuple(thread("d"))  # an unpinned read resolves the leaf
         assert resolved is not None and resolved.checkpoint["id"] == leaf
-        backend = saver.backend
+        backend = saver._backend
         assert backend is not None
         backend.run(backend.delete_checkpoint("d", "", leaf))  # another worker reclaims it
         got = saver.get_delta_channel_history(config=thread("d", leaf), channels=["said"])

@@ -81,7 +81,7 @@ def test_reclaiming_read_answers_the_bare_read(
         if shape == "interrupt":
             assert parent.pending_writes, "the parent must own writes for this case"
         reads = Recorder(inner, ["get_tuple"])
-        rows = Recorder(saver.backend, ["head_row"] if kind != "memory" else [])
+        rows = Recorder(saver._backend, ["head_row"] if kind != "memory" else [])
         answer = saver.get_tuple(run_read(THREAD))
         assert saver.counters.reclaimed == 1
         counts = (reads.count("get_tuple"), rows.count("head_row"))
@@ -109,7 +109,7 @@ async def test_reclaiming_read_answers_the_bare_read_async(
         stamper = saver if stamped_by == "this-saver" else inner
         await stamper.aput(parent.config, checkpoint, metadata, {})
         reads = Recorder(inner, ["aget_tuple"])
-        rows = Recorder(saver.backend, ["head_row"] if kind != "memory" else [])
+        rows = Recorder(saver._backend, ["head_row"] if kind != "memory" else [])
         answer = await saver.aget_tuple(run_read(THREAD))
         assert saver.counters.reclaimed == 1
         counts = (reads.count("aget_tuple"), rows.count("head_row"))

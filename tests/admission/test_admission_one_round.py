@@ -65,16 +65,16 @@ class _Cache:
 def test_one_round_runs_where_the_store_can_judge_the_leaf_and_nothing_waits_on_it(
     request: pytest.FixtureRequest,
 ) -> None:
-    assert RetainingSaver(InMemorySaver()).one_round is None
+    assert RetainingSaver(InMemorySaver())._one_round is None
     with open_sync("sqlite", request) as sqlite_saver:
-        assert RetainingSaver(sqlite_saver).one_round is None
+        assert RetainingSaver(sqlite_saver)._one_round is None
     with open_sync("postgres", request) as inner:
-        assert RetainingSaver(inner).one_round == DURATION_MARKER
-        assert RetainingSaver(inner, admission="explicit").one_round is None
+        assert RetainingSaver(inner)._one_round == DURATION_MARKER
+        assert RetainingSaver(inner, admission="explicit")._one_round is None
         # An app's own predicate is Python the store cannot run.
-        assert RetainingSaver(inner, is_reclaimable_leaf=lambda n: True).one_round is None
+        assert RetainingSaver(inner, is_reclaimable_leaf=lambda n: True)._one_round is None
         # A cache forgets a leaf before it goes; the leaf is known only once read.
-        assert RetainingSaver(inner, history_caches=[_Cache()]).one_round is None
+        assert RetainingSaver(inner, history_caches=[_Cache()])._one_round is None
 
 
 @pytest.mark.parametrize("why", ["cache", "predicate"])
@@ -91,7 +91,7 @@ def test_without_one_round_the_leaf_is_read_then_taken(
             )
         build_chat_graph(inner).invoke(chat_turn(0), thread_config("two"))
         leaf = write_duration_leaf(inner, "two")
-        ways = Recorder(saver.backend, ["admit_and_read", "reclaim_leaf"])
+        ways = Recorder(saver._backend, ["admit_and_read", "reclaim_leaf"])
         answer = saver.get_tuple(run_read("two"))
         assert (ways.count("admit_and_read"), ways.count("reclaim_leaf")) == (0, 1)
         assert answer is not None and answer.checkpoint["id"] != leaf
@@ -189,7 +189,7 @@ async def test_async_runs_take_each_stamp_in_one_statement(
     async with open_async("postgres", request) as inner:
         saver = RetainingSaver(inner)
         reads = Recorder(inner, ["aget_tuple"])
-        ways = Recorder(saver.backend, ["head_row", "admit_and_read", "reclaim_leaf"])
+        ways = Recorder(saver._backend, ["head_row", "admit_and_read", "reclaim_leaf"])
         graph = build_chat_graph(saver)
         for turn in range(10):
             state = await graph.ainvoke(chat_turn(turn), thread_config("ten"))
@@ -214,7 +214,7 @@ def test_a_pre_v4_head_after_the_take_is_read_through_the_saver(
             checkpoint = {**empty_checkpoint(), "v": 1}
             config = inner.put(config, checkpoint, {"source": "loop", "step": step}, {})
         write_duration_leaf(saver, "old")
-        spies = Recorder(saver.backend, ["admit_and_read"])
+        spies = Recorder(saver._backend, ["admit_and_read"])
         reads = Recorder(inner, ["get_tuple"])
         answer = saver.get_tuple(run_read("old"))
         assert (spies.count("admit_and_read"), reads.count("get_tuple")) == (1, 1)
@@ -233,7 +233,7 @@ async def test_concurrent_admissions_delete_a_leaf_once(request: pytest.FixtureR
     async with open_async("postgres", request) as first, open_async("postgres", request) as second:
         one_round = RetainingSaver(first)
         read_first = RetainingSaver(second, history_caches=[_Cache()])
-        assert one_round.one_round is not None and read_first.one_round is None
+        assert one_round._one_round is not None and read_first._one_round is None
         await build_chat_graph(one_round).ainvoke(chat_turn(0), thread_config("race"))
         parent = await first.aget_tuple(thread_config("race"))
         assert parent is not None
@@ -388,8 +388,8 @@ def test_a_reclaimed_stamp_is_forgotten_so_the_next_put_reads_nothing(
         graph = build_chat_graph(saver)
         graph.invoke(chat_turn(0), thread_config("f"))
         write_duration_leaf(saver, "f")
-        assert saver.stamps is not None and saver.stamps.peek("f") is not None
-        lookups = Recorder(saver.backend, ["head_node"])
+        assert saver._stamps is not None and saver._stamps.peek("f") is not None
+        lookups = Recorder(saver._backend, ["head_node"])
         graph.invoke(chat_turn(1), thread_config("f"))
         assert saver.counters.reclaimed == 1
         assert lookups.count("head_node") == 0

@@ -144,7 +144,7 @@ def test_sqlite_head_read_runs_outside_a_transaction(request: pytest.FixtureRequ
     with open_sync("sqlite", request) as inner:
         saver = RetainingSaver(inner)
         build_interrupt_graph(inner).invoke({"topic": "retention"}, thread_config("paused"))
-        backend = saver.backend
+        backend = saver._backend
         assert backend is not None
         statements: list[str] = []
         inner.conn.set_trace_callback(statements.append)
@@ -161,7 +161,7 @@ def test_sync_postgres_reads_in_one_statement_too(request: pytest.FixtureRequest
         saver = RetainingSaver(inner)
         build_interrupt_graph(inner).invoke({"topic": "retention"}, thread_config("paused"))
         reads = Recorder(inner, ["get_tuple"])
-        rounds = Recorder(saver.backend, ["admit_and_read", "head_row"])
+        rounds = Recorder(saver._backend, ["admit_and_read", "head_row"])
         _same(saver.get_tuple(run_read("paused")), inner.get_tuple(_root("paused")))
         assert reads.count("get_tuple") == 1  # the test's own
         assert (rounds.count("admit_and_read"), rounds.count("head_row")) == (1, 0)
@@ -175,7 +175,7 @@ async def test_a_pre_v4_head_is_read_through_the_saver(request: pytest.FixtureRe
         for step in range(2):
             checkpoint = {**empty_checkpoint(), "v": 1}
             config = await inner.aput(config, checkpoint, {"source": "loop", "step": step}, {})
-        rows = Recorder(saver.backend, ["admit_and_read"])
+        rows = Recorder(saver._backend, ["admit_and_read"])
         reads = Recorder(inner, ["aget_tuple"])
         answer = await saver.aget_tuple(run_read("old"))
         assert (rows.count("admit_and_read"), reads.count("aget_tuple")) == (1, 1)
@@ -207,7 +207,7 @@ async def test_a_failed_build_falls_back_to_the_bare_read(
         def broken(*args: Any) -> Any:
             raise ValueError("cannot build this row")
 
-        saver.backend.read_tuple = broken  # type: ignore[method-assign, union-attr]
+        saver._backend.read_tuple = broken  # type: ignore[method-assign, union-attr]
         answer = await saver.aget_tuple(run_read("broken"))
         assert answer == await inner.aget_tuple(thread_config("broken"))
         assert saver.counters.fallbacks == {"the admission read's fast path": 1}

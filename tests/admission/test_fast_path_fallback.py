@@ -37,8 +37,8 @@ async def test_a_broken_fast_path_falls_back_to_the_saver(
         saver = RetainingSaver(inner)
         graph = chat_graph(saver)
         await graph.ainvoke(turn(0), thread(THREAD))
-        assert saver.backend is not None
-        setattr(saver.backend, broken, _drifted)
+        assert saver._backend is not None
+        setattr(saver._backend, broken, _drifted)
         with caplog.at_level(logging.WARNING, logger="retaining_saver"):
             for i in (1, 2):
                 await graph.ainvoke(turn(i), thread(THREAD))
@@ -58,9 +58,9 @@ async def test_a_stamped_thread_still_reclaims_after_a_fallback(
         graph = chat_graph(saver)
         await graph.ainvoke(turn(0), thread(THREAD))
         await awrite_duration_leaf(inner, THREAD)  # from another process
-        assert saver.backend is not None
+        assert saver._backend is not None
         broken = "head_row" if kind == "sqlite" else "read_tuple"
-        setattr(saver.backend, broken, _drifted)
+        setattr(saver._backend, broken, _drifted)
         await graph.ainvoke(turn(1), thread(THREAD))
         state = await graph.aget_state(thread(THREAD))
     assert saver.counters.reclaimed == 1

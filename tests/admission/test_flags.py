@@ -65,8 +65,8 @@ def test_with_allowlist_clone_reads_through_the_new_inner() -> None:
     clone = saver.with_allowlist([("my_module", "MyType")])
     assert clone is not saver
     assert clone.inner is not saver.inner
-    assert clone.performer.inner is clone.inner
-    assert clone.backend is not None and clone.backend.saver is clone.inner
+    assert clone._performer.inner is clone.inner
+    assert clone._backend is not None and clone._backend.saver is clone.inner
     assert clone.serde is clone.inner.serde
 
 

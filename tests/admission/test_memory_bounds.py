@@ -85,6 +85,6 @@ def test_reads_of_leaf_shaped_heads_keep_no_state_alive() -> None:
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert saver.retry is not None
-    assert len(saver.retry) == len(threads), "each read remembered its target"
+    assert saver._retry is not None
+    assert len(saver._retry) == len(threads), "each read remembered its target"
     assert kept < MB, f"the wrapper kept {kept} bytes alive after {len(threads)} reads of 1 MB"

@@ -107,12 +107,12 @@ def test_a_failing_probe_does_not_fail_the_read(
     leaf = _stamped_store(sqlite_path)
     with open_sync("sqlite", request) as inner:
         saver = RetainingSaver(inner, admission=admission)  # type: ignore[arg-type]
-        assert saver.backend is not None
+        assert saver._backend is not None
 
         def broken(*args: Any, **kwargs: Any) -> Any:
             raise sqlite3.OperationalError("disk I/O error")
 
-        saver.backend.load_nodes = broken  # type: ignore[method-assign]
+        saver._backend.load_nodes = broken  # type: ignore[method-assign]
         found = saver.get_tuple(thread(THREAD))
     assert found is not None and found.checkpoint["id"] == leaf
     assert saver.counters.fallbacks == {"the still-there probe": 1}

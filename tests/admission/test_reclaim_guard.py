@@ -208,7 +208,7 @@ def test_take_is_guarded_by_what_it_proved(
 ) -> None:
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
-        backend = saver.backend
+        backend = saver._backend
         assert backend is not None
         graph = build_chat_graph(inner)
         threads = iter(range(10_000))

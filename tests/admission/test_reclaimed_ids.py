@@ -170,12 +170,13 @@ def test_delete_thread_forgets_its_reclaims(kind: str, request: pytest.FixtureRe
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner)
         _, stamp, _ = _two_threads(saver)
-        assert saver.backend is not None
-        lookup = saver.backend.reclaimed_clone(RETAINED, "", stamp)
-        assert saver.backend.run(lookup, Mode.READ) is not None
+        assert saver._backend is not None
+        lookup = saver._backend.reclaimed_clone(RETAINED, "", stamp)
+        assert saver._backend.run(lookup, Mode.READ) is not None
         saver.delete_thread(RETAINED)
         assert (
-            saver.backend.run(saver.backend.reclaimed_clone(RETAINED, "", stamp), Mode.READ) is None
+            saver._backend.run(saver._backend.reclaimed_clone(RETAINED, "", stamp), Mode.READ)
+            is None
         )
         assert saver.get_tuple(_at(RETAINED, stamp)) is None
 

@@ -140,8 +140,8 @@ def test_a_failing_deletion_never_fails_a_run(
 ) -> None:
     with open_sync(kind, request) as inner:
         saver = RetainingSaver(inner, retention=_retention("horizon", "full"))
-        assert saver.backend is not None
-        carry_out = saver.backend.apply_plan
+        assert saver._backend is not None
+        carry_out = saver._backend.apply_plan
         calls: list[int] = []
 
         def every_other_fails(*args: Any, **kwargs: Any) -> Any:
@@ -150,7 +150,7 @@ def test_a_failing_deletion_never_fails_a_run(
                 raise OSError("connection lost")
             return carry_out(*args, **kwargs)
 
-        saver.backend.apply_plan = every_other_fails  # type: ignore[method-assign]
+        saver._backend.apply_plan = every_other_fails  # type: ignore[method-assign]
         with caplog.at_level(logging.DEBUG, logger="retaining_saver"):
             play(saver, inner, "full", None)
         counters = saver.counters
@@ -166,12 +166,12 @@ async def test_async_a_failing_deletion_never_fails_a_run(
 ) -> None:
     async with open_async(kind, request) as inner:
         saver = RetainingSaver(inner, retention=_retention("horizon", "full"))
-        assert saver.backend is not None
+        assert saver._backend is not None
 
         def fails(*args: Any, **kwargs: Any) -> Any:
             raise OSError("connection lost")
 
-        saver.backend.apply_plan = fails  # type: ignore[method-assign]
+        saver._backend.apply_plan = fails  # type: ignore[method-assign]
         await aplay(saver, inner, "full", None)
     assert saver.counters.history_failed >= 2 and saver.counters.history_reclaimed == 0
 

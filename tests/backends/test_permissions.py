@@ -56,7 +56,7 @@ def test_postgres_without_delete_runs_on_says_so_once_and_backs_off(
 ) -> None:
     with PostgresSaver.from_conn_string(no_delete_dsn) as inner:
         saver = RetainingSaver(inner)
-        takes = Recorder(saver.backend, ["reclaim_leaf", "admit_and_read"])
+        takes = Recorder(saver._backend, ["reclaim_leaf", "admit_and_read"])
         with caplog.at_level(logging.DEBUG, logger="retaining_saver"):
             for i in range(3):
                 _turn_with_stamp(saver, i)

@@ -58,8 +58,8 @@ def _check(answer: Any, bare: Any, saver: RetainingSaver) -> None:
 def _wrapped(inner: BaseCheckpointSaver[Any], caplog: pytest.LogCaptureFixture) -> RetainingSaver:
     with caplog.at_level(logging.WARNING, logger="retaining_saver"):
         saver = RetainingSaver(inner)
-    assert saver.backend is not None and not saver.backend.matches_audit
-    assert saver.one_round is None
+    assert saver._backend is not None and not saver._backend.matches_audit
+    assert saver._one_round is None
     assert any("fast paths are off" in r.getMessage() for r in caplog.records)
     return saver
 

@@ -146,7 +146,7 @@ async def test_delete_thread_holds_the_thread_lock(
         saver = RetainingSaver(inner)
         held: list[int] = []
         deleting = inner.delete_thread
-        inner.delete_thread = lambda t: (held.append(len(saver.locks)), deleting(t))[1]  # type: ignore[method-assign]
+        inner.delete_thread = lambda t: (held.append(len(saver._locks)), deleting(t))[1]  # type: ignore[method-assign]
         saver.delete_thread("d")
         assert held == [1]
         assert inner.get_tuple(thread("d")) is None
@@ -157,7 +157,7 @@ async def test_delete_thread_holds_the_thread_lock(
         adeleting = ainner.adelete_thread
 
         async def spied(thread_id: str) -> None:
-            aheld.append(len(asaver.locks))
+            aheld.append(len(asaver._locks))
             await adeleting(thread_id)
 
         ainner.adelete_thread = spied  # type: ignore[method-assign]

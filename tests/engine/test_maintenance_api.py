@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import typing
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -15,7 +16,7 @@ import pytest
 from langgraph.pregel import Pregel
 from savers import open_async, open_sync
 
-from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver import AdmissionCounters, RetainingSaver, RetentionPolicy
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 
@@ -88,19 +89,28 @@ def _ours(annotation: Any) -> set[type]:
     return found
 
 
-def test_every_type_the_public_methods_return_is_exported() -> None:
-    """Through the returned dataclasses' fields too: a report's grafts, a stat's space."""
-    import retaining_saver
-
+def _public_returns(cls: type) -> set[type]:
+    """What the public methods and properties of `cls` return, of this package's classes."""
     returned: set[type] = set()
-    for name in dir(RetainingSaver):
-        method = getattr(RetainingSaver, name)
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        method = member.fget if isinstance(member, property) else getattr(cls, name)
         if name.startswith("_") or not callable(method):
             continue
-        hints = typing.get_type_hints(method, localns=_LOCALS)
-        returned |= _ours(hints.get("return"))
+        returned |= _ours(typing.get_type_hints(method, localns=_LOCALS).get("return"))
+    return returned
+
+
+def test_every_type_the_public_methods_return_is_exported() -> None:
+    """Of every exported class, properties too, and through the returned dataclasses'
+    fields: a report's grafts, a stat's space, the saver's counters."""
+    import retaining_saver
+
+    exported = [getattr(retaining_saver, name) for name in retaining_saver.__all__]
+    returned = set().union(*(_public_returns(c) for c in exported if isinstance(c, type)))
     missing = {t.__name__ for t in returned} - set(retaining_saver.__all__)
     assert not missing
+    assert AdmissionCounters in _public_returns(RetainingSaver)
     assert {"RetentionReport", "StorageStats", "Compaction", "Graft"} <= {
         t.__name__ for t in returned
     }

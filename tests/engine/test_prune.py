@@ -163,7 +163,7 @@ def test_delete_deletes_the_threads_and_their_reclaim_records(
 
 def _record(saver: RetainingSaver, thread_id: str, checkpoint_id: str | None) -> str | None:
     """The clone the store's reclaim record names for `checkpoint_id`, if any."""
-    backend = saver.backend
+    backend = saver._backend
     assert backend is not None and checkpoint_id is not None
     return backend.run(backend.reclaimed_clone(thread_id, "", checkpoint_id), Mode.READ)
 

@@ -245,7 +245,7 @@ def rows_of(saver: BaseCheckpointSaver[Any]) -> dict[str, int]:
 def exists(saver: BaseCheckpointSaver[Any], thread_id: str, checkpoint_id: str) -> bool:
     """Whether the row is there, asked of the backend (a pass-through case may have left
     writes the saver's own read of that checkpoint cannot sort)."""
-    backend = RetainingSaver(saver).backend
+    backend = RetainingSaver(saver)._backend
     assert backend is not None
     return checkpoint_id in backend.run(
         backend.load_nodes(thread_id, "", [checkpoint_id]), Mode.READ

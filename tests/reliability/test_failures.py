@@ -25,12 +25,12 @@ def test_a_failed_later_round_keeps_the_rounds_already_committed(
         saver = RetainingSaver(inner, on_reclaim=events.append)
         build_chat_graph(saver).invoke(chat_turn(0), thread_config("s"))
         leaves = [write_duration_leaf(inner, "s", f"r{i}") for i in range(3)]
-        assert saver.backend is not None
+        assert saver._backend is not None
         rounds: list[str] = []
         # A round is a take: Postgres's first is the admission read itself.
         for name in ("reclaim_leaf", "admit_and_read"):
-            if hasattr(saver.backend, name):
-                setattr(saver.backend, name, _second_round_fails(saver.backend, name, rounds))
+            if hasattr(saver._backend, name):
+                setattr(saver._backend, name, _second_round_fails(saver._backend, name, rounds))
         answer = saver.get_tuple(run_read("s"))
         assert integrity(saver, "s").clean
     assert answer is not None and answer.checkpoint["id"] == leaves[1]
@@ -93,17 +93,17 @@ def test_a_failure_inside_the_sqlite_transaction_leaves_no_transaction_open(
         saver = RetainingSaver(inner)
         build_chat_graph(saver).invoke(chat_turn(0), thread_config("t"))
         leaf = write_duration_leaf(saver.inner, "t")
-        assert saver.backend is not None
-        original = saver.backend.delete_checkpoint
+        assert saver._backend is not None
+        original = saver._backend.delete_checkpoint
 
         def fails(*args: Any) -> Any:
             yield from original(*args)
             raise sqlite3.OperationalError("disk I/O error")
 
-        saver.backend.delete_checkpoint = fails  # type: ignore[method-assign]
+        saver._backend.delete_checkpoint = fails  # type: ignore[method-assign]
         assert saver.admit("t").skipped is Skip.FAILED
         assert not conn.in_transaction
-        saver.backend.delete_checkpoint = original  # type: ignore[method-assign]
+        saver._backend.delete_checkpoint = original  # type: ignore[method-assign]
         assert saver.admit("t").reclaimed == (leaf,)
 
 
@@ -115,8 +115,8 @@ def test_the_engine_reports_what_it_deleted_when_the_statistics_after_fail(
         saver = RetainingSaver(inner, admission="off")
         build_chat_graph(saver).invoke(chat_turn(0), thread_config("e"))
         leaf = write_duration_leaf(inner, "e")
-        assert saver.backend is not None
-        stats, calls = saver.backend.stats, []
+        assert saver._backend is not None
+        stats, calls = saver._backend.stats, []
 
         def second_fails(thread_id: Any) -> Any:
             calls.append(thread_id)
@@ -124,7 +124,7 @@ def test_the_engine_reports_what_it_deleted_when_the_statistics_after_fail(
                 raise OSError("statement timeout")
             return stats(thread_id)
 
-        saver.backend.stats = second_fails  # type: ignore[method-assign]
+        saver._backend.stats = second_fails  # type: ignore[method-assign]
         report = saver.enforce_thread_retention("e")
     assert list(report.deleted) == [("", leaf)]
     assert report.after is None

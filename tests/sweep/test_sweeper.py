@@ -204,7 +204,7 @@ def test_a_thread_this_process_holds_is_skipped(
 ) -> None:
     with _scene("sqlite", request, clock) as (saver, _, _):
         sweeper = RetentionSweeper(saver, _policy(), clock=clock)
-        with saver.locks.hold(OLD[0]):
+        with saver._locks.hold(OLD[0]):
             done = sweeper.run_pass()
         assert {r.thread_id: r.outcome for r in done.results}[OLD[0]] == SweepOutcome.BUSY
         assert _rows(saver, OLD[0])

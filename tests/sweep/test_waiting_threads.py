@@ -95,4 +95,4 @@ class _Plain:
 def _drive(saver: RetainingSaver, flow: Any) -> Any:
     from retaining_saver._effects import drive
 
-    return drive(flow, saver.performer)
+    return drive(flow, saver._performer)
