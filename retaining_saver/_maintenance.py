@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts
 from retaining_saver._effects import Call, Flow, Locked, Performer, adrive, drive
 from retaining_saver._engine import (
@@ -20,6 +19,7 @@ from retaining_saver._errors import CleanupPermissionError
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._reclaimed import ReclaimedIds
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._recheck import Applied
 from retaining_saver._storage import StorageMixin
 from retaining_saver.backends._base import Backend, Mode

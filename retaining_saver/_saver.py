@@ -22,7 +22,7 @@ import logging
 import warnings
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Self, cast, get_args
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -31,7 +31,6 @@ from langgraph.checkpoint.base import (
 )
 
 from retaining_saver import _admission, _run_reads
-from retaining_saver import _validate as validate
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._admitting import AdmittingMixin
@@ -62,6 +61,7 @@ from retaining_saver._rules import (
     Skip,
     marker_shape,
 )
+from retaining_saver._rules import _validate as validate
 from retaining_saver._stamps import OwnStamps
 from retaining_saver._thread_ops import ThreadOpsMixin
 from retaining_saver._writes import WritesMixin, well_formed
@@ -71,8 +71,6 @@ from retaining_saver.backends._head_reader import HeadReader
 logger = logging.getLogger("retaining_saver")
 
 Admission = Literal["auto", "explicit", "off"]
-
-_ADMISSIONS = ("auto", "explicit", "off")
 
 # What the wrapper implements itself over a supported saver, which the Agent Server and
 # the conformance suite detect on its class.
@@ -130,12 +128,9 @@ class RetainingSaver(
         inner, policy, retention, strict, admission, history_caches,
         retry_unpinned_reads, strict_pinned_reads: The configuration it was
             built with, as validated (`policy` holds the protected ids and the
-            leaf rule; `history_caches` includes `inner` if it is a cache).
-            Public to read, never to assign: the parts built from them are not
-            rebuilt. Everything else (backend, locks, the accounts behind `counters`, stamps,
-            reclaimed ids, read retry) is internal and leading-underscore;
-            `counters` and `on_reclaim` are the accessors for what a caller
-            may watch.
+            leaf rule; `history_caches` includes `inner` if it is a cache). Read,
+            never assign them. All else is internal (leading underscore); a caller
+            watches through `counters` and `on_reclaim`.
 
     Raises:
         TypeError: If `inner` is not a `BaseCheckpointSaver`, or a flag has the
@@ -167,8 +162,9 @@ class RetainingSaver(
             ("strict_pinned_reads", strict_pinned_reads),
         ):
             validate.flag(name, value)
+        admissions = get_args(Admission)
         validate.require(
-            admission in _ADMISSIONS, ValueError, f"admission must be one of {_ADMISSIONS}"
+            admission in admissions, ValueError, f"admission must be one of {admissions}"
         )
         caches = list(
             validate.items_of(

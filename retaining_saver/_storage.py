@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol, cast
 
-from retaining_saver import _validate as validate
 from retaining_saver._effects import Performer
 from retaining_saver._errors import UnsupportedSaverError
+from retaining_saver._rules import _validate as validate
 from retaining_saver.backends._base import Backend, Mode, Op
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import StorageStats

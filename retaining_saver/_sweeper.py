@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, IfFree, Run, adrive, drive
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._idle import IdleVerdict, ThreadHead, age_verdict
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_thread

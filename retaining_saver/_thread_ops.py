@@ -24,10 +24,10 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from retaining_saver import _validate as validate
 from retaining_saver._effects import Flow, Invalidate, Locked, Mode, Run, adrive, answer, drive
 from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._rules import RetentionPolicy, plan_run_removal
+from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._apply import PlanChanged

@@ -31,12 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 THIRD_PARTY_FOR_RULES = ("langgraph", "langchain_core")
 """The packages whose types the rules may read, beside the standard library."""
 
-RULES_MAY_ALSO_IMPORT = {
-    f"{PACKAGE}._validate": "argument checks of every public entry point; standard library only",
-}
-"""Package modules outside `_rules` that the rules may import, each with why. Each must itself
-import nothing but the standard library (`layering_problems` checks it)."""
-
 
 @dataclass(frozen=True)
 class Import:
@@ -133,10 +127,6 @@ def _rules_problem(found: Import, sources: Mapping[str, str]) -> str | None:
         return None
     if _top(module) in THIRD_PARTY_FOR_RULES or module == RULES or module.startswith(RULES + "."):
         return None
-    if module in RULES_MAY_ALSO_IMPORT:
-        return None
-    if found.name is not None and f"{module}.{found.name}" in RULES_MAY_ALSO_IMPORT:
-        return None
     what = module if found.name is None else f"{module}.{found.name}"
     return f"{found.importer}:{found.line}: the rules import {what}"
 
@@ -167,9 +157,6 @@ def layering_problems(sources: Mapping[str, str]) -> list[str]:
                 problem = _rules_problem(found, sources)
             elif importer.startswith(BACKENDS + "."):
                 problem = _backend_problem(found)
-            elif importer in RULES_MAY_ALSO_IMPORT:
-                in_package = _top(found.module) == PACKAGE
-                problem = f"{importer}:{found.line}: imports {found.module}" if in_package else None
             else:
                 problem = None
             if problem is not None and problem not in problems:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from retaining_saver import _validate as validate
+from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._policy import RetentionPolicy
 
 if TYPE_CHECKING:

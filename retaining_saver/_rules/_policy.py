@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from retaining_saver import _validate as validate
+from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._lineage import CheckpointNode
 
 if TYPE_CHECKING:
