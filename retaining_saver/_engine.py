@@ -27,10 +27,11 @@ from retaining_saver._rules import (
     Root,
 )
 from retaining_saver._rules._recheck import Applied
+from retaining_saver._storage import full_stats
 from retaining_saver.backends import _upstream
 from retaining_saver.backends._apply import PlanChanged
 from retaining_saver.backends._base import Backend
-from retaining_saver.backends._stats import StorageStats, TableStats
+from retaining_saver.backends._stats import ChannelStats, StorageStats, TableStats
 
 logger = logging.getLogger("retaining_saver")
 
@@ -52,9 +53,15 @@ class RetentionReport:
         clones: Each deleted (or deletable) clone, and the checkpoint it cloned:
             its id keeps resolving there for `reclaimed_id_ttl`.
         freed_blobs: Blob keys deleted (or, in a dry run, that would be).
-        before: Storage statistics before the pass.
+        before: Storage statistics before the pass, as `storage_stats(thread_id)`
+            measures them: rows and bytes per table, per channel when the pass was
+            asked for `channels` (as `storage_stats(channels=True)`), and the
+            whole store's space on disk (SQLite's file, pages and freelist,
+            Postgres's relation sizes).
         after: Storage statistics after it; in a dry run, what they would be: `before`
-            less the rows the plan deletes (values it would store whole not counted).
+            less the rows the plan deletes, per table and channel (values it would
+            store whole not counted), with the space unknown (None: deleting rows
+            frees pages inside the store, which only compaction gives back).
             None if reading them failed after the deletions were committed.
         roots: Checkpoints made roots (parent None) because the history horizon
             removed every ancestor they had.
@@ -85,9 +92,12 @@ def retention_pass(
     *,
     dry_run: bool,
     now: datetime | None = None,
+    channels: bool = False,
 ) -> Flow[RetentionReport]:
-    """Plan and (unless `dry_run`) carry out retention for one thread."""
-    before: StorageStats = yield Run(backend.stats(thread_id), Mode.READ)
+    """Plan and (unless `dry_run`) carry out retention for one thread; with `channels`,
+    its statistics per channel too."""
+    measured = full_stats(backend, thread_id, channels, 0)
+    before: StorageStats = yield Run(measured, Mode.READ)
     lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
     plan = _rules.plan_retention(lineage, policy, datetime.now(UTC) if now is None else now)
     applied = Applied(
@@ -103,11 +113,11 @@ def retention_pass(
         stored = backend.stored_blobs(thread_id, plan.freed_blobs)
         applied.freed_blobs = yield Run(stored, Mode.READ)
     if dry_run and plan.deletions:
-        after = yield from _would_be_after(thread_id, backend, plan, before)
+        after = yield from _would_be_after(thread_id, backend, plan, before, channels)
     if not dry_run and not plan.empty:
         applied = yield from _carry_out(thread_id, backend, policy, plan)
         try:
-            after = yield Run(backend.stats(thread_id), Mode.READ)
+            after = yield Run(full_stats(backend, thread_id, channels, 0), Mode.READ)
         except Exception as error:
             # The deletions are committed: the caller must get their report all the same.
             logger.warning("statistics after retention of %s failed: %r", thread_id, error)
@@ -137,16 +147,22 @@ def retention_pass(
 
 
 def _would_be_after(
-    thread_id: str, backend: Backend, plan: Plan, before: StorageStats
+    thread_id: str, backend: Backend, plan: Plan, before: StorageStats, channels: bool
 ) -> Flow[StorageStats]:
     """`before` less the rows the plan deletes: its checkpoints with their writes, and
-    the blobs it frees. Values it would store whole (`Plan.materialise`) are not counted."""
+    the blobs it frees, per table and (with `channels`) per channel. Values it would
+    store whole (`Plan.materialise`) are not counted."""
     deleted = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
     blobs = list(plan.freed_blobs) if backend.stores_blobs else []
     gone: dict[str, TableStats] = yield Run(
         backend.gone_stats(thread_id, deleted, blobs), Mode.READ
     )
-    return before.without(gone)
+    if not channels:
+        return before.without(gone)
+    gone_channels: dict[str, ChannelStats] = yield Run(
+        backend.gone_channel_stats(thread_id, deleted, blobs), Mode.READ
+    )
+    return before.without(gone, gone_channels)
 
 
 Planner = Callable[[Lineage, RetentionPolicy, datetime], Plan]

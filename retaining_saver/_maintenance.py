@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from retaining_saver._accounting import Accounts
@@ -67,17 +68,23 @@ class MaintenanceMixin(StorageMixin):
         *,
         dry_run: bool = False,
         now: datetime | None = None,
+        channels: bool = False,
     ) -> RetentionReport:
         """Plan and carry out retention for one thread under `policy`.
 
         The default policy is the contract's: trailing duration leaves only.
-        With `dry_run`, nothing changes and the report lists what would.
+        With `dry_run`, nothing changes and the report lists what would. The
+        report's `before` and `after` carry the thread's rows and bytes per table
+        and the store's space on disk; with `channels`, per channel too, as
+        `storage_stats(channels=True)` measures them (on SQLite, decoding the
+        thread's checkpoints before and after).
 
         Raises:
             UnsupportedSaverError: If the wrapped saver is not supported.
             TypeError: If `policy` is not a `RetentionPolicy`.
         """
-        return drive(self._enforce_thread(thread_id, policy, dry_run, now), self._performer)
+        flow = self._enforce_thread(thread_id, policy, dry_run, now, channels)
+        return drive(flow, self._performer)
 
     async def aenforce_thread_retention(
         self,
@@ -86,9 +93,11 @@ class MaintenanceMixin(StorageMixin):
         *,
         dry_run: bool = False,
         now: datetime | None = None,
+        channels: bool = False,
     ) -> RetentionReport:
         """Async `enforce_thread_retention`."""
-        return await adrive(self._enforce_thread(thread_id, policy, dry_run, now), self._performer)
+        flow = self._enforce_thread(thread_id, policy, dry_run, now, channels)
+        return await adrive(flow, self._performer)
 
     def _enforce_thread(
         self,
@@ -96,13 +105,17 @@ class MaintenanceMixin(StorageMixin):
         policy: RetentionPolicy | None,
         dry_run: bool,
         now: datetime | None,
+        channels: bool,
     ) -> Flow[RetentionReport]:
         validate.thread_id("thread_id", thread_id, nul_ok=self._nul_ok())
         backend = self._require_backend()
         validate.flag("dry_run", dry_run)
+        validate.flag("channels", channels)
         validate.moment("now", now)
         chosen = self._policy(policy)
-        flow = retention_pass(thread_id, backend, chosen, dry_run=dry_run, now=now)
+        flow = retention_pass(
+            thread_id, backend, chosen, dry_run=dry_run, now=now, channels=channels
+        )
         report: RetentionReport = yield Locked(thread_id, self._remembering_clones(flow))
         return report
 
@@ -135,6 +148,7 @@ class MaintenanceMixin(StorageMixin):
         *,
         dry_run: bool = False,
         page_size: int = 100,
+        channels: bool = False,
     ) -> Iterator[RetentionReport]:
         """A report per thread: the given ones, or every thread, a page at a time.
 
@@ -142,6 +156,8 @@ class MaintenanceMixin(StorageMixin):
         iterator is consumed, one thread per report, so a call that is never
         iterated deletes nothing (`list(saver.enforce_retention())` runs them
         all). Memory stays bounded by `page_size` ids and one thread's lineage.
+        `channels` asks each report for its figures per channel (see
+        `enforce_thread_retention`).
 
         Raises:
             TypeError: If `thread_ids` is not an iterable of thread ids (a
@@ -150,8 +166,8 @@ class MaintenanceMixin(StorageMixin):
             ValueError: If `page_size` is not a positive int.
             UnsupportedSaverError: If the wrapped saver is not supported.
         """
-        ids = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size)
-        return self._enforce_each(ids, policy, dry_run, page_size)
+        ids, kw = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size, channels)
+        return self._enforce_each(ids, page_size, partial(self.enforce_thread_retention, **kw))
 
     def _checked_pass_arguments(
         self,
@@ -159,9 +175,11 @@ class MaintenanceMixin(StorageMixin):
         policy: RetentionPolicy | None,
         dry_run: bool,
         page_size: int,
-    ) -> Iterable[str] | None:
+        channels: bool,
+    ) -> tuple[Iterable[str] | None, dict[str, Any]]:
         """`thread_ids` checked (each id as it is used), with everything else the passes
-        take checked now, at the call, not when the first report is asked for."""
+        take checked now, at the call, not when the first report is asked for; and the
+        keyword arguments of each thread's pass."""
         self._require_backend()
         chosen: Any = thread_ids
         validate.require(
@@ -172,18 +190,19 @@ class MaintenanceMixin(StorageMixin):
         )
         self._policy(policy)
         validate.flag("dry_run", dry_run)
+        validate.flag("channels", channels)
         _check_page_size(page_size)
-        return validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+        ids = validate.thread_ids("thread_ids", thread_ids, nul_ok=self._nul_ok())
+        return ids, {"policy": policy, "dry_run": dry_run, "channels": channels}
 
     def _enforce_each(
         self,
         thread_ids: Iterable[str] | None,
-        policy: RetentionPolicy | None,
-        dry_run: bool,
         page_size: int,
+        one: Callable[[str], RetentionReport],
     ) -> Iterator[RetentionReport]:
         for thread_id in thread_ids if thread_ids is not None else self._all_threads(page_size):
-            yield self.enforce_thread_retention(thread_id, policy, dry_run=dry_run)
+            yield one(thread_id)
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         backend, after = self._require_backend(), None
@@ -198,22 +217,22 @@ class MaintenanceMixin(StorageMixin):
         *,
         dry_run: bool = False,
         page_size: int = 100,
+        channels: bool = False,
     ) -> AsyncIterator[RetentionReport]:
         """Async `enforce_retention`: checked at the call, run as it is iterated
         (`async for report in saver.aenforce_retention(): ...`)."""
-        ids = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size)
-        return self._aenforce_each(ids, policy, dry_run, page_size)
+        ids, kw = self._checked_pass_arguments(thread_ids, policy, dry_run, page_size, channels)
+        return self._aenforce_each(ids, page_size, partial(self.aenforce_thread_retention, **kw))
 
     async def _aenforce_each(
         self,
         thread_ids: Iterable[str] | None,
-        policy: RetentionPolicy | None,
-        dry_run: bool,
         page_size: int,
+        one: Callable[[str], Awaitable[RetentionReport]],
     ) -> AsyncIterator[RetentionReport]:
         ids = _each(thread_ids) if thread_ids is not None else self._aall_threads(page_size)
         async for thread_id in ids:
-            yield await self.aenforce_thread_retention(thread_id, policy, dry_run=dry_run)
+            yield await one(thread_id)
 
     async def _aall_threads(self, page_size: int) -> AsyncIterator[str]:
         backend, after = self._require_backend(), None

@@ -10,7 +10,7 @@ from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._rules import _validate as validate
 from retaining_saver.backends._base import Backend, Mode, Op
 from retaining_saver.backends._sqlite_compaction import Compaction
-from retaining_saver.backends._stats import StorageStats
+from retaining_saver.backends._stats import StorageStats, ranked
 
 
 class StorageMixin:
@@ -35,8 +35,13 @@ class StorageMixin:
         Args:
             thread_id: The thread; None for the whole store.
             channels: Also measure, per channel, its stored values and writes
-                (`StorageStats.channels`): which channel's values take the space.
-                On SQLite this decodes every checkpoint measured, a page at a time.
+                (`StorageStats.channels`, the most bytes first): which channel's
+                values take the space. Postgres: its `checkpoint_blobs` rows plus
+                the primitive values kept inline in each checkpoint's JSONB.
+                Memory: its blobs. SQLite keeps every value inside each checkpoint's
+                payload, so each payload measured is decoded (a page at a time)
+                and each value serialized alone: a value unchanged for many steps
+                counts once per checkpoint, as it is stored.
             top_threads: For the whole store, also this many of the threads holding
                 the most bytes (`StorageStats.top_threads`), aggregated in the
                 store without loading any thread.
@@ -109,7 +114,7 @@ def full_stats(
     found = (yield from backend.channel_stats(thread_id)) if channels else {}
     top = (yield from backend.top_threads(top_threads)) if top_threads else []
     space = yield from backend.space()
-    return dataclasses.replace(tables, channels=found, top_threads=tuple(top), space=space)
+    return dataclasses.replace(tables, channels=ranked(found), top_threads=tuple(top), space=space)
 
 
 class _Compactor(Protocol):

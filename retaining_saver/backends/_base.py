@@ -289,6 +289,13 @@ class Backend(ABC):
         """Per channel, its stored values and writes, for the thread or the whole store."""
 
     @abstractmethod
+    def gone_channel_stats(
+        self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
+    ) -> Op[dict[str, ChannelStats]]:
+        """`gone_stats` per channel: the values and writes of the named checkpoints and
+        blobs, as `channel_stats` counts them. A read."""
+
+    @abstractmethod
     def top_threads(self, limit: int) -> Op[list[ThreadStats]]:
         """The `limit` threads holding the most bytes, most first, aggregated in the store."""
 

@@ -71,13 +71,20 @@ class MemoryStats(Backend):
 
     def channel_stats(self, thread_id: str | None) -> Op[dict[str, ChannelStats]]:
         def statement() -> dict[str, ChannelStats]:
-            found: dict[str, ChannelStats] = {}
-            for key, blob in self.saver.blobs.items():
-                if thread_id in (None, key[0]):
-                    _add(found, key[2], ChannelStats(values=1, value_bytes=len(blob[1])))
-            for _, write in self._writes(thread_id):
-                _add(found, write[1], ChannelStats(writes=1, write_bytes=len(write[2][1])))
-            return dict(sorted(found.items()))
+            blobs = [(k[2], b) for k, b in self.saver.blobs.items() if thread_id in (None, k[0])]
+            return _per_channel(blobs, [w for _, w in self._writes(thread_id)])
+
+        channels: dict[str, ChannelStats] = yield statement
+        return channels
+
+    def gone_channel_stats(
+        self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
+    ) -> Op[dict[str, ChannelStats]]:
+        def statement() -> dict[str, ChannelStats]:
+            named = set(checkpoints)
+            found = [(key[1], self.saver.blobs.get((thread_id, *key))) for key in blobs]
+            writes = [w for key, w in self._writes(thread_id) if key in named]
+            return _per_channel([(c, b) for c, b in found if b is not None], writes)
 
         channels: dict[str, ChannelStats] = yield statement
         return channels
@@ -94,6 +101,18 @@ class MemoryStats(Backend):
 
 def _row_bytes(row: Any) -> int:
     return len(row[0][1]) + len(row[1][1])
+
+
+def _per_channel(
+    blobs: Sequence[tuple[str, Any]], writes: Sequence[Any]
+) -> dict[str, ChannelStats]:
+    """Per channel, the (channel, blob) pairs as values and the write tuples as writes."""
+    found: dict[str, ChannelStats] = {}
+    for channel, blob in blobs:
+        _add(found, channel, ChannelStats(values=1, value_bytes=len(blob[1])))
+    for write in writes:
+        _add(found, write[1], ChannelStats(writes=1, write_bytes=len(write[2][1])))
+    return dict(sorted(found.items()))
 
 
 def _add(found: dict[str, ChannelStats], channel: str, more: ChannelStats) -> None:

@@ -148,6 +148,39 @@ JOIN unnest(%(ns)s::text[], %(ids)s::text[]) AS k(ns, id)
 WHERE w.thread_id = %(thread_id)s
 """
 
+# `SELECT_GONE_STATS_SQL` per channel: the named blobs, the inline values of the named
+# checkpoints and their writes.
+SELECT_GONE_CHANNEL_STATS_SQL = """
+SELECT channel, sum(value_count)::bigint AS value_count, sum(value_bytes)::bigint AS value_bytes,
+    sum(write_count)::bigint AS write_count, sum(write_bytes)::bigint AS write_bytes
+FROM (
+    SELECT b.channel, count(*) AS value_count, sum(pg_column_size(b.blob)) AS value_bytes,
+        0 AS write_count, 0 AS write_bytes
+    FROM checkpoint_blobs AS b
+    JOIN unnest(%(blob_ns)s::text[], %(channels)s::text[], %(versions)s::text[])
+        AS k(ns, channel, version)
+        ON b.checkpoint_ns = k.ns AND b.channel = k.channel AND b.version = k.version
+    WHERE b.thread_id = %(thread_id)s
+    GROUP BY b.channel
+    UNION ALL
+    SELECT v.key, count(*), sum(pg_column_size(v.value)), 0, 0
+    FROM checkpoints AS c
+    JOIN unnest(%(ns)s::text[], %(ids)s::text[]) AS k(ns, id)
+        ON c.checkpoint_ns = k.ns AND c.checkpoint_id = k.id
+    CROSS JOIN LATERAL jsonb_each(c.checkpoint -> 'channel_values') AS v
+    WHERE c.thread_id = %(thread_id)s
+    GROUP BY v.key
+    UNION ALL
+    SELECT w.channel, 0, 0, count(*), sum(pg_column_size(w.blob))
+    FROM checkpoint_writes AS w
+    JOIN unnest(%(ns)s::text[], %(ids)s::text[]) AS k(ns, id)
+        ON w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id
+    WHERE w.thread_id = %(thread_id)s
+    GROUP BY w.channel
+) AS per_table
+GROUP BY channel ORDER BY channel
+"""
+
 SELECT_THREAD_CHANNEL_STATS_SQL = """
 SELECT channel, sum(value_count)::bigint AS value_count, sum(value_bytes)::bigint AS value_bytes,
     sum(write_count)::bigint AS write_count, sum(write_bytes)::bigint AS write_bytes

@@ -63,6 +63,29 @@ FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = 
 WHERE w.thread_id = ?1
 """
 
+# `SELECT_GONE_STATS_SQL` per channel: the named checkpoints' writes, and their
+# payloads (a page of names at a time), whose values `_sqlite_stats` measures.
+SELECT_GONE_CHANNEL_WRITES_SQL = """
+WITH named AS (
+    SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
+    FROM json_each(?2)
+)
+SELECT w.channel, COUNT(*) AS row_count, COALESCE(SUM(LENGTH(w.value)), 0) AS byte_count
+FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = named.id
+WHERE w.thread_id = ?1
+GROUP BY w.channel
+"""
+
+SELECT_NAMED_PAYLOADS_SQL = """
+WITH named AS (
+    SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
+    FROM json_each(?2)
+)
+SELECT c.type, c.checkpoint
+FROM checkpoints AS c JOIN named ON c.checkpoint_ns = named.ns AND c.checkpoint_id = named.id
+WHERE c.thread_id = ?1
+"""
+
 SELECT_THREAD_CHANNEL_WRITES_SQL = """
 SELECT channel, COUNT(*) AS row_count, COALESCE(SUM(LENGTH(value)), 0) AS byte_count
 FROM writes WHERE thread_id = ? GROUP BY channel

@@ -16,7 +16,9 @@ from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import Row, SqlBackend, Statement
 from retaining_saver.backends._sqlite_compaction import measure
 from retaining_saver.backends._sqlite_sql_plan import (
+    SELECT_GONE_CHANNEL_WRITES_SQL,
     SELECT_GONE_STATS_SQL,
+    SELECT_NAMED_PAYLOADS_SQL,
     SELECT_STORE_CHANNEL_WRITES_SQL,
     SELECT_STORE_PAYLOAD_PAGE_SQL,
     SELECT_THREAD_CHANNEL_WRITES_SQL,
@@ -46,10 +48,19 @@ class SqliteStats(SqlBackend):
             writes = yield Statement(SELECT_STORE_CHANNEL_WRITES_SQL)
         else:
             writes = yield Statement(SELECT_THREAD_CHANNEL_WRITES_SQL, (str(thread_id),))
-        for row in writes:
-            more = ChannelStats(writes=row["row_count"], write_bytes=row["byte_count"])
-            found[row["channel"]] = found.get(row["channel"], ChannelStats()) + more
-        return dict(sorted(found.items()))
+        return _with_writes(found, writes)
+
+    def gone_channel_stats(
+        self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
+    ) -> Op[dict[str, ChannelStats]]:
+        found: dict[str, ChannelStats] = {}
+        for start in range(0, len(checkpoints), PAYLOAD_PAGE):
+            named = json.dumps([list(key) for key in checkpoints[start : start + PAYLOAD_PAGE]])
+            for row in (yield Statement(SELECT_NAMED_PAYLOADS_SQL, (str(thread_id), named))):
+                self._count_values(row, found)
+        named = json.dumps([list(key) for key in checkpoints])
+        writes = yield Statement(SELECT_GONE_CHANNEL_WRITES_SQL, (str(thread_id), named))
+        return _with_writes(found, writes)
 
     def _count_payloads(self, thread_id: str | None, found: dict[str, ChannelStats]) -> Op[None]:
         """Count the values of every checkpoint of the thread (the store) into `found`, a
@@ -85,3 +96,11 @@ class SqliteStats(SqlBackend):
             pages=pages.pages,
             free_pages=pages.free_pages,
         )
+
+
+def _with_writes(found: dict[str, ChannelStats], writes: Sequence[Row]) -> dict[str, ChannelStats]:
+    """`found` (values counted) with each channel's writes added, by channel name."""
+    for row in writes:
+        more = ChannelStats(writes=row["row_count"], write_bytes=row["byte_count"])
+        found[row["channel"]] = found.get(row["channel"], ChannelStats()) + more
+    return dict(sorted(found.items()))

@@ -54,6 +54,15 @@ class ChannelStats:
             self.write_bytes + other.write_bytes,
         )
 
+    def __sub__(self, gone: ChannelStats) -> ChannelStats:
+        return self + ChannelStats(-gone.values, -gone.value_bytes, -gone.writes, -gone.write_bytes)
+
+
+def ranked(channels: Mapping[str, ChannelStats]) -> dict[str, ChannelStats]:
+    """`channels` with the most bytes first (by name among equals), empty ones left out."""
+    held = [(name, c) for name, c in channels.items() if c != ChannelStats()]
+    return dict(sorted(held, key=lambda item: (-item[1].bytes, item[0])))
+
 
 @dataclass(frozen=True)
 class ThreadStats:
@@ -98,11 +107,12 @@ class StorageStats:
     Attributes:
         thread_id: The thread, or None for the whole store.
         tables: Rows and bytes per table.
-        channels: Per channel, what its values and writes take (filled when asked
-            for: `storage_stats(channels=True)`).
+        channels: Per channel, what its values and writes take, the most bytes
+            first (filled when asked for: `storage_stats(channels=True)`).
         top_threads: The threads taking the most bytes, most first (whole store,
             when asked for: `storage_stats(top_threads=N)`).
-        space: The whole store's space on disk, where `storage_stats` measured it.
+        space: The whole store's space on disk, where it was measured: None in
+            memory, and in a dry run's "after" (see `RetentionReport.after`).
     """
 
     thread_id: str | None
@@ -119,7 +129,17 @@ class StorageStats:
     def bytes(self) -> int:
         return sum(t.bytes for t in self.tables.values())
 
-    def without(self, gone: Mapping[str, TableStats]) -> StorageStats:
-        """These figures with `gone`'s rows and bytes taken off each table."""
+    def without(
+        self,
+        gone: Mapping[str, TableStats],
+        gone_channels: Mapping[str, ChannelStats] | None = None,
+    ) -> StorageStats:
+        """These figures with `gone`'s rows and bytes taken off each table, and
+        `gone_channels`' off each channel (the channels kept only when it is given).
+        The space on disk is left unknown: deleting rows frees pages inside the store."""
         tables = {name: t - gone.get(name, TableStats(0, 0)) for name, t in self.tables.items()}
-        return StorageStats(self.thread_id, tables)
+        channels: dict[str, ChannelStats] = {}
+        if gone_channels is not None:
+            left = {n: c - gone_channels.get(n, ChannelStats()) for n, c in self.channels.items()}
+            channels = ranked(left)
+        return StorageStats(self.thread_id, tables, channels)

@@ -289,6 +289,10 @@ def entry_point_cases(kind: str) -> list[Case]:
         add("dry_run", "enforce_thread_retention", "t", dry_run=v)
         add("dry_run", "aenforce_thread_retention", "t", dry_run=v)
         add("dry_run", "enforce_retention", ["t"], dry_run=v)
+        add("channels", "enforce_thread_retention", "t", channels=v)
+        add("channels", "aenforce_thread_retention", "t", channels=v)
+        add("channels", "enforce_retention", ["t"], channels=v)
+        add("channels", "aenforce_retention", ["t"], channels=v)
     for v in [0, 1, 1.5, True, "", "2024-01-01", b"", [], {}, object()]:
         add("now", "enforce_thread_retention", "t", now=v)
         add("now", "aenforce_thread_retention", "t", now=v)
