@@ -19,7 +19,7 @@ from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules._legend import explain
 from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sqlite_compaction import Pages, measure
-from retaining_saver.backends._stats import SpaceStats, StorageStats, TableStats
+from retaining_saver.backends._stats import ChannelStats, SpaceStats, StorageStats, TableStats
 
 DRY_RUN_ENFORCE = "dry run: nothing changed; pass --apply to delete"
 DRY_RUN_PRUNE = "dry run: nothing changed; pass --apply to prune"
@@ -55,7 +55,8 @@ def plan(store: Store, args: argparse.Namespace, doc: Doc) -> None:
     """Per thread, each checkpoint a pass would delete (and why) and keep (and what keeps it)."""
     threads: list[Doc] = []
     doc.update(dry_run=True, threads=threads)
-    for report in _passes(store, args, dry_run=True):
+    reports = _passes(store, args, dry_run=True)
+    for report in _spaced(reports, doc):
         threads.append(plan_of(report))
     doc.update(totals=totals(threads), legend=legend(threads), message=PLAN_ONLY)
 
@@ -65,7 +66,7 @@ def enforce(store: Store, args: argparse.Namespace, doc: Doc) -> None:
     dry_run = not args.apply
     threads: list[Doc] = []
     doc.update(dry_run=dry_run, threads=threads)
-    for report in _passes(store, args, dry_run=dry_run):
+    for report in _spaced(_passes(store, args, dry_run=dry_run), doc):
         threads.append(pass_of(report))
     doc.update(totals=totals(threads), legend=legend(threads))
     if dry_run:
@@ -79,8 +80,21 @@ def _passes(store: Store, args: argparse.Namespace, *, dry_run: bool) -> Iterato
     """Each thread's pass under `args.policy` (which the command's `prepare` set)."""
     ids = known_threads(store, args.thread)
     policy: RetentionPolicy = args.policy
-    reports = store.saver.enforce_retention(ids, policy, dry_run=dry_run)
+    channels: bool = args.channels
+    reports = store.saver.enforce_retention(ids, policy, dry_run=dry_run, channels=channels)
     yield from Progress.of(args).over(reports, total=None if ids is None else len(ids))
+
+
+def _spaced(reports: Iterable[RetentionReport], doc: Doc) -> Iterator[RetentionReport]:
+    """`reports`, with the store's space on disk before the first pass and after the
+    last (None: unknown, as after a dry run that deletes) in `doc["space"]`."""
+    space: Doc = {"before": None, "after": None}
+    for report in reports:
+        if "space" not in doc:
+            doc["space"] = space
+            space["before"] = space_doc(report.before.space)
+        space["after"] = None if report.after is None else space_doc(report.after.space)
+        yield report
 
 
 def prune(store: Store, args: argparse.Namespace, doc: Doc) -> None:
@@ -158,7 +172,8 @@ def pass_of(report: RetentionReport) -> Doc:
 
 
 def figures(before: StorageStats, after: StorageStats | None) -> Doc:
-    """Rows and bytes before and after (None: unknown), per table and in all."""
+    """Rows and bytes before and after (None: unknown), per table and in all; per
+    channel too when they were measured per channel."""
     tables = {
         name: {
             "rows_before": t.rows,
@@ -168,13 +183,44 @@ def figures(before: StorageStats, after: StorageStats | None) -> Doc:
         }
         for name, t in before.tables.items()
     }
-    return {
+    shown = {
         "rows_before": before.rows,
         "rows_after": None if after is None else after.rows,
         "bytes_before": before.bytes,
         "bytes_after": None if after is None else after.bytes,
         "tables": tables,
     }
+    if before.channels:
+        shown["channels"] = channel_figures(before, after)
+    return shown
+
+
+CHANNEL_FIGURES = (
+    "values_before",
+    "values_after",
+    "writes_before",
+    "writes_after",
+    "bytes_before",
+    "bytes_after",
+)
+
+
+def channel_figures(before: StorageStats, after: StorageStats | None) -> Doc:
+    """Per channel (the most bytes before first), its values, writes and bytes before and
+    after (None: unknown)."""
+    shown: Doc = {}
+    for name in dict.fromkeys([*before.channels, *(after.channels if after else {})]):
+        was = before.channels.get(name, ChannelStats())
+        now = None if after is None else after.channels.get(name, ChannelStats())
+        shown[name] = {
+            "values_before": was.values,
+            "values_after": None if now is None else now.values,
+            "writes_before": was.writes,
+            "writes_after": None if now is None else now.writes,
+            "bytes_before": was.bytes,
+            "bytes_after": None if now is None else now.bytes,
+        }
+    return shown
 
 
 def _table(stats: StorageStats, name: str) -> TableStats:
@@ -195,6 +241,16 @@ def totals(threads: Iterable[Doc]) -> Doc:
         }
         for name in names
     }
+    if any("channels" in t for t in done):
+        channels = dict.fromkeys(name for t in done for name in t.get("channels", {}))
+        summed = {
+            name: {
+                f: _sum([t["channels"][name] for t in done if name in t.get("channels", {})], f)
+                for f in CHANNEL_FIGURES
+            }
+            for name in channels
+        }
+        total["channels"] = dict(sorted(summed.items(), key=lambda c: -(c[1]["bytes_before"] or 0)))
     return total
 
 
@@ -278,11 +334,14 @@ def stats_doc(stats: StorageStats) -> Doc:
         "top_threads": [
             {"thread_id": t.thread_id, "rows": t.rows, "bytes": t.bytes} for t in stats.top_threads
         ],
-        "space": None if stats.space is None else _space_doc(stats.space),
+        "space": space_doc(stats.space),
     }
 
 
-def _space_doc(space: SpaceStats) -> Doc:
+def space_doc(space: SpaceStats | None) -> Doc | None:
+    """A `SpaceStats` as the output shows it (None: not measured)."""
+    if space is None:
+        return None
     measures = {f.name: getattr(space, f.name) for f in fields(space)}
     return {**measures, "relations": dict(space.relations), "free_bytes": space.free_bytes}
 

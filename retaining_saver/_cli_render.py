@@ -121,7 +121,35 @@ def _totals(doc: Doc, after: str) -> None:
     header = ["table", "rows before", "rows after", "bytes before", "bytes after", "saved"]
     threads = totals["threads"]
     title = f"in all, {threads} thread{'' if threads == 1 else 's'}"
-    table(f"{title} (after: as it {after})" if after != "after" else title, header, rows)
+    title = f"{title} (after: as it {after})" if after != "after" else title
+    table(title, header, rows)
+    if totals.get("channels"):
+        figures = ("values_before", "values_after", "bytes_before", "bytes_after")
+        lines = [
+            [name, *(_figure(c[f]) for f in figures), _saved(c)]
+            for name, c in totals["channels"].items()
+        ]
+        header = ["channel", "values before", "values after", *header[3:]]
+        table(f"per channel, {title}", header, lines)
+    _space_change(doc.get("space"))
+
+
+def _space_change(space: Doc | None) -> None:
+    """The store's space on disk before the first pass and after the last."""
+    if not space or space["before"] is None:
+        return
+    before, after = space["before"], space["after"] or {}
+    if before["relations"]:
+        names = dict.fromkeys([*before["relations"], *after.get("relations", {})])
+        rows = [
+            [n, before["relations"].get(n, ""), _figure(after.get("relations", {}).get(n))]
+            for n in names
+        ]
+        table("Postgres relations (whole store)", ["relation", "bytes before", "after"], rows)
+        return
+    measures = ("file_bytes", "pages", "free_pages", "free_bytes")
+    rows = [[m.replace("_", " "), before[m], _figure(after.get(m))] for m in measures]
+    table("SQLite file (whole store)", ["measure", "before", "after"], rows)
 
 
 def _saved(figures: Mapping[str, Any]) -> str:

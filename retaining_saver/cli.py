@@ -1,8 +1,8 @@
 """`retaining-saver`: storage statistics, retention plans and passes, pruning and compaction.
 
     retaining-saver stats   TARGET [--thread ID ...] [--top N] [--no-channels]
-    retaining-saver plan    TARGET [--thread ID ...] [POLICY]
-    retaining-saver enforce TARGET [--thread ID ...] [POLICY] [--apply]
+    retaining-saver plan    TARGET [--thread ID ...] [POLICY] [--channels]
+    retaining-saver enforce TARGET [--thread ID ...] [POLICY] [--channels] [--apply]
     retaining-saver prune   TARGET --thread ID [--thread ID ...] [--strategy S] [--apply]
     retaining-saver compact TARGET [--min-free-ratio R] [--apply]
     retaining-saver index   TARGET
@@ -21,7 +21,10 @@ dry runs otherwise and say what they would save (rows and bytes per table, per
 thread and in all). plan lists, per thread, each checkpoint a pass would
 delete (and why) and each it keeps (and what protects it), with a legend of
 every reason and protection it names. enforce and plan walk every thread
-unless --thread names some; a thread with no checkpoints is an error.
+unless --thread names some; a thread with no checkpoints is an error. They
+also show the store's space on disk before and after (SQLite's file, pages
+and freelist; Postgres's relation sizes), and with --channels the values,
+writes and bytes of each channel: which channel takes the space.
 
 stats, plan, and enforce/prune/compact without --apply change nothing: a SQLite
 file is opened read-only and creates no -wal or -shm file beside it (a missing
@@ -196,6 +199,12 @@ def _pass_options(apply: str | None) -> Callable[[argparse.ArgumentParser], None
     def add(sub: argparse.ArgumentParser) -> None:
         options.add_thread_option(sub)
         options.add_policy_options(sub)
+        sub.add_argument(
+            "--channels",
+            action="store_true",
+            help="also rows and bytes per channel, before and after (on SQLite they "
+            "decode each thread's checkpoints)",
+        )
         if apply:
             add_apply(sub, apply)
 
