@@ -229,8 +229,14 @@ SELECT
 
 # Whole-thread and whole-run operations (`SqlThreads`): `delete_for_runs` finds a run's
 # threads and forgets the reclaim records of what it deleted; `copy_thread` copies a
-# thread's rows under another id. `checkpoints.metadata` has no index: finding a run's
-# threads reads the table, once per `delete_for_runs` call.
+# thread's rows under another id. Finding a run's threads probes the run index
+# (`CREATE_RUN_INDEX_SQL`, built by `create_indexes`); without it, the lookup reads the
+# whole table, once per `delete_for_runs` call.
+CREATE_RUN_INDEX_SQL = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_run_idx
+ON checkpoints ((metadata ->> 'run_id'), thread_id)
+"""
+
 SELECT_RUN_THREADS_SQL = """
 SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s::text[])
 """

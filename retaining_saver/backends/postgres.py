@@ -59,6 +59,7 @@ from retaining_saver.backends._postgres_sql import (
     COPY_WRITES_SQL,
     CREATE_PARENT_INDEX_SQL,
     CREATE_RECLAIMED_TABLE_SQL,
+    CREATE_RUN_INDEX_SQL,
     DELETE_CHECKPOINT_SQL,
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
@@ -219,8 +220,8 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         return result
 
     def create_indexes(self) -> None:
-        """Create the parent index and the sweep's root index, concurrently, and the reclaim
-        records' table; needs an autocommit connection."""
+        """Create the parent index, the sweep's root index and the run index, concurrently,
+        and the reclaim records' table; needs an autocommit connection."""
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
         self.run(self._indexing(), Mode.GUARDED)
@@ -232,7 +233,12 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     def _indexing(self) -> Op[None]:
         """The statements of `create_indexes`, each on its own (`CONCURRENTLY` runs in no
         transaction) and never prepared: each runs once."""
-        for sql in (CREATE_PARENT_INDEX_SQL, CREATE_ROOT_INDEX_SQL, CREATE_RECLAIMED_TABLE_SQL):
+        for sql in (
+            CREATE_PARENT_INDEX_SQL,
+            CREATE_ROOT_INDEX_SQL,
+            CREATE_RUN_INDEX_SQL,
+            CREATE_RECLAIMED_TABLE_SQL,
+        ):
             yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True
 
