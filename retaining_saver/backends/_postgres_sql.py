@@ -241,6 +241,26 @@ SELECT_RUN_THREADS_SQL = """
 SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s::text[])
 """
 
+# A resumed checkpoint's writes rows, and the deletion of one that a removed run put
+# there (`_rules._resumed`): only while the checkpoint has no child left.
+SELECT_WRITE_ROWS_SQL = """
+SELECT task_id, channel, idx FROM checkpoint_writes
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+ORDER BY task_id, idx
+"""
+
+DELETE_WRITE_SQL = """
+DELETE FROM checkpoint_writes AS w
+WHERE w.thread_id = %s AND w.checkpoint_ns = %s AND w.checkpoint_id = %s
+    AND w.task_id = %s AND w.idx = %s
+    AND NOT EXISTS ( -- check: childless
+        SELECT 1 FROM checkpoints AS c
+        WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
+            AND c.parent_checkpoint_id = w.checkpoint_id
+    )
+RETURNING w.idx
+"""
+
 SELECT_THREAD_EXISTS_SQL = """
 SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s) AS found
 """

@@ -64,6 +64,7 @@ from retaining_saver.backends._postgres_sql import (
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
     DELETE_THREAD_RECLAIMED_SQL,
+    DELETE_WRITE_SQL,
     DELETE_WRITES_SQL,
     SELECT_CHILDREN_SQL,
     SELECT_FIRST_THREAD_IDS_SQL,
@@ -80,6 +81,7 @@ from retaining_saver.backends._postgres_sql import (
     SELECT_THREAD_EXISTS_SQL,
     SELECT_THREAD_IDS_AFTER_SQL,
     SELECT_THREAD_STATS_SQL,
+    SELECT_WRITE_ROWS_SQL,
     UPSERT_RECLAIMED_SQL,
 )
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
@@ -117,6 +119,8 @@ THREAD_SQL = ThreadTexts(
     copy_blobs=COPY_BLOBS_SQL,
     copy_reclaimed=COPY_RECLAIMED_SQL,
     delete_reclaimed_clones=DELETE_RECLAIMED_CLONES_SQL,
+    select_write_rows=SELECT_WRITE_ROWS_SQL,
+    delete_write=DELETE_WRITE_SQL,
 )
 """The statements `SqlThreads` runs on Postgres, each named."""
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from test_rules import DURATION, Thread
 
-from retaining_saver._rules import Graft, Lineage, Protection, Reason, Root, plan_run_removal
+from retaining_saver._rules import (
+    Graft,
+    Lineage,
+    Protection,
+    Reason,
+    Root,
+    later_writes,
+    plan_run_removal,
+    resumed_points,
+)
 
 
 def of_run(thread: Thread, ids: list[str], run_id: str) -> None:
@@ -74,3 +83,55 @@ def test_nothing_of_the_runs_plans_nothing() -> None:
     of_run(t, t.run(None), "r1")
     assert plan_run_removal(Lineage.of("t", t.nodes.values()), ["r9"]).empty
     assert plan_run_removal(Lineage.of("t", t.nodes.values()), []).empty
+
+
+NULL = "00000000-0000-0000-0000-000000000000"
+
+
+def test_the_writes_a_resume_left_are_the_commands_answers_and_rerun_tasks() -> None:
+    """On the checkpoint an earlier run stopped at: its finished task (`done`), its
+    interrupt and its error stay; the `Command`'s writes, every `__resume__` write and the
+    writes of the tasks that ran again (`asked`, `failed`) go."""
+    rows = [
+        (NULL, "__resume__", -4),
+        (NULL, "notes", 0),
+        ("asked", "__interrupt__", -3),
+        ("asked", "__resume__", -4),
+        ("asked", "said", 1),
+        ("done", "said", 0),
+        ("failed", "__error__", -1),
+        ("failed", "said", 0),
+    ]
+    assert later_writes(rows) == [
+        (NULL, -4),
+        (NULL, 0),
+        ("asked", -4),
+        ("asked", 1),
+        ("failed", 0),
+    ]
+    assert later_writes([("asked", "__interrupt__", -3), ("done", "said", 0)]) == []
+
+
+def test_only_a_checkpoint_the_removal_leaves_childless_is_cleaned() -> None:
+    t = Thread()
+    asked = t.run(None)
+    resumed = t.run(asked[-1])
+    of_run(t, asked, "r1")
+    of_run(t, resumed, "r2")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert resumed_points(lineage, gone, plan.grafts, ["r2"]) == (("", asked[-1]),)
+    assert resumed_points(lineage, gone, plan.grafts, ["r1", "r2"]) == ()  # its own run goes
+    later = t.run(resumed[-1])  # a run after the resume stays: it is grafted on
+    of_run(t, later, "r3")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert plan.grafts and resumed_points(lineage, gone, plan.grafts, ["r2"]) == ()
+    branch = t.run(asked[-1])  # a kept child of its own
+    of_run(t, branch, "r4")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2", "r3"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert resumed_points(lineage, gone, plan.grafts, ["r2", "r3"]) == ()

@@ -1,0 +1,119 @@
+"""Rolling back a run that resumed an interrupted thread, against a twin thread.
+
+Thread `target` runs a turn that interrupts in `review` (run-ask), then a run that
+resumes it with `Command(resume=...)` (run-resume), which is deleted; thread `twin`
+runs only the interrupting turn. LangGraph stores a resume on the checkpoint it
+resumes (the `Command`'s writes, then the resumed task's own writes, under the
+task's id); after the rollback that checkpoint must hold only what the interrupting
+run put there, so that both threads show the same state, next nodes, tasks,
+interrupts, pending writes and history, and resume alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+from law_kit import Flavor, law_graph, listing, state_view, user_turn
+from savers import KINDS, open_async, open_sync
+from test_thread_ops import STEPS, TARGET, TWIN, assert_twins, play, run_config, run_ids_of
+
+from retaining_saver import RetainingSaver
+from retaining_saver.testing.checks import aintegrity, integrity
+from retaining_saver.testing.graphs import thread
+from retaining_saver.testing.views import normalize
+
+ASKING = [("run-a", user_turn("a")), ("run-ask", user_turn("b", ask=True))]
+RESUME = ("run-resume", Command(resume="ok"))
+
+
+def pending(saver: RetainingSaver, thread_id: str) -> Counter[str]:
+    """The head's pending writes, as (task name, channel, value): task ids differ."""
+    head = saver.get_tuple(thread(thread_id))
+    assert head is not None
+    return _writes(head)
+
+
+async def apending(saver: RetainingSaver, thread_id: str) -> Counter[str]:
+    head = await saver.aget_tuple(thread(thread_id))
+    assert head is not None
+    return _writes(head)
+
+
+def _writes(head: Any) -> Counter[str]:
+    return Counter(repr((ch, normalize(v))) for _, ch, v in head.pending_writes or ())
+
+
+def view(graph: Any, saver: RetainingSaver, thread_id: str) -> Any:
+    """History, state (values, next, tasks, interrupts) and the head's pending writes."""
+    snapshot = graph.get_state(thread(thread_id))
+    results = [(t.name, normalize(t.result)) for t in snapshot.tasks]
+    history = listing(graph.get_state_history(thread(thread_id))).entries
+    return history, state_view(snapshot), results, pending(saver, thread_id)
+
+
+async def aview(graph: Any, saver: RetainingSaver, thread_id: str) -> Any:
+    snapshot = await graph.aget_state(thread(thread_id))
+    results = [(t.name, normalize(t.result)) for t in snapshot.tasks]
+    history = listing([s async for s in graph.aget_state_history(thread(thread_id))]).entries
+    return history, state_view(snapshot), results, await apending(saver, thread_id)
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_rolling_back_a_resume_leaves_the_thread_interrupted_as_before(
+    kind: str, flavor: Flavor, request: pytest.FixtureRequest
+) -> None:
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = law_graph(saver, flavor)
+        for t, steps in ((TARGET, [*ASKING, RESUME]), (TWIN, ASKING)):
+            for run_id, given in steps:
+                graph.invoke(given, run_config(t, run_id))
+        assert view(graph, saver, TARGET) != view(graph, saver, TWIN)
+        saver.delete_for_runs(["run-resume"])
+        assert view(graph, saver, TARGET) == view(graph, saver, TWIN)
+        saver.delete_for_runs(["run-resume"])  # again: nothing left to do
+        assert view(graph, saver, TARGET) == view(graph, saver, TWIN)
+        assert integrity(inner, TARGET).clean
+        for t in (TARGET, TWIN):  # both resume alike, with another answer
+            graph.invoke(Command(resume="later"), run_config(t, "run-later"))
+        assert view(graph, saver, TARGET) == view(graph, saver, TWIN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_async_rolling_back_a_resume(kind: str, request: pytest.FixtureRequest) -> None:
+    async with open_async(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = law_graph(saver, "delta")
+        for t, steps in ((TARGET, [*ASKING, RESUME]), (TWIN, ASKING)):
+            for run_id, given in steps:
+                await graph.ainvoke(given, run_config(t, run_id))
+        await saver.adelete_for_runs(["run-resume"])
+        assert await aview(graph, saver, TARGET) == await aview(graph, saver, TWIN)
+        assert (await aintegrity(inner, TARGET)).clean
+        for t in (TARGET, TWIN):
+            await graph.ainvoke(Command(resume="later"), run_config(t, "run-later"))
+        assert await aview(graph, saver, TARGET) == await aview(graph, saver, TWIN)
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_rolling_back_a_stamped_resume_reads_lists_and_forks_as_the_twin(
+    kind: str, flavor: Flavor, request: pytest.FixtureRequest
+) -> None:
+    """With a duration stamp after each run, as an app writes them: the resume's stamp goes
+    with it, and every pinned read, a fork and the next turn match the twin's."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = law_graph(saver, flavor)
+        stamps = {
+            TARGET: play(saver, graph, TARGET, STEPS[:3]),
+            TWIN: play(saver, graph, TWIN, STEPS[:2]),
+        }
+        saver.delete_for_runs(["run-c"])
+        assert "run-c" not in run_ids_of(saver, TARGET)
+        assert pending(saver, TARGET) == pending(saver, TWIN)
+        assert_twins(graph, saver, stamps)
