@@ -192,7 +192,7 @@ def _remove(
     yield from backend.forget_reclaimed_clones(thread_id, gone)
     for ns, checkpoint_id in resumed_points(lineage, gone, applied.grafted, run_ids):
         rows = yield from backend.write_rows(thread_id, ns, checkpoint_id)
-        later = later_writes(rows)
+        later = later_writes(rows, lineage.nodes[ns, checkpoint_id].metadata.get("source"))
         if later:
             yield from backend.delete_writes(thread_id, ns, checkpoint_id, later)
     return applied

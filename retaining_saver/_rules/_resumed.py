@@ -8,20 +8,29 @@ the same id the earlier run's interrupted task had). Deleting the run's checkpoi
 leaves that checkpoint; these writes must go with them, or the thread reads as resumed
 (its interrupt answered, its task done) with none of the resume's checkpoints left.
 
-The store does not say which run put a writes row. What the earlier run can have put
-on the checkpoint it stopped at, and a later run cannot be told apart from:
+The store does not say which run put a writes row. The earlier run stopped at that
+checkpoint (it has no child of its own), and what it can have put there is:
 
-- the writes of each task that finished in that step;
-- an interrupted task's `__interrupt__` write, a failed task's `__error__` write.
+- the writes of each task that finished in that step, when a task of the step
+  stopped the run: an interrupted task's `__interrupt__` write, a failed task's
+  `__error__` write;
+- nothing, when no task of the step stopped it (a static breakpoint such as
+  `interrupt_before`, the step limit, or the end of the graph): it stopped before the
+  step ran. Only a checkpoint a run's loop wrote (`source` "loop" or "input") is read
+  so; another (`update_state`'s, a fork's) may own writes of its own.
 
 So the writes that go (`later_writes`) are those the earlier run never puts there:
 every write under the null task id, every `__resume__` write (a resume's answer, and
-the answers an interrupted task consumed), and the writes of a task that also owns an
-`__interrupt__` or `__error__` write (it ran again after it stopped). What stays:
-the interrupts and errors (a resume that interrupted again replaced its interrupt's
-value in place, which cannot be undone) and the writes of tasks that stopped no run
-(those of a resume after a static breakpoint, `interrupt_before`, or after a crash,
-look like a finished task's, and stay).
+the answers an interrupted task consumed), the writes of a task that also owns an
+`__interrupt__` or `__error__` write (it ran again after it stopped), and, on a loop's
+checkpoint no task of which stopped, every write. What stays: the interrupts and
+errors (a resume that interrupted again replaced its interrupt's value in place, which
+cannot be undone) and the finished tasks' writes. Two limits follow: a task answered
+by several runs in turn (several `interrupt()` calls in one node, each resumed by its
+own run, the earlier ones writing no checkpoint) loses the earlier runs' answers with
+the last one's, since they were replaced in place; and a run that crashed in the
+middle of a step, then was resumed, loses its finished tasks' writes with the resume's
+(they run again on the next resume).
 
 Only a checkpoint that is left childless by the removal is cleaned (`resumed_points`):
 one with a child that goes, no child that stays, no checkpoint grafted onto it, and
@@ -43,6 +52,9 @@ INTERRUPT = "__interrupt__"
 ERROR = "__error__"
 STOPPED = frozenset({INTERRUPT, ERROR})
 """The writes a task that stopped its run leaves: it may run again in a later run."""
+LOOP_SOURCES = frozenset({"loop", "input"})
+"""The metadata `source` of the checkpoints a run's loop writes, which own no writes of
+their own making."""
 
 WriteRow = tuple[str, str, int]
 """A writes row as this rule reads it: task id, channel, index."""
@@ -78,12 +90,16 @@ def resumed_points(
     return tuple(found)
 
 
-def later_writes(rows: Iterable[WriteRow]) -> list[WriteKey]:
-    """The writes among `rows` (one checkpoint's) that a later run put there: under the
-    null task id, `__resume__` writes, and every other write of a task that also owns an
-    `__interrupt__` or `__error__` write. In row order."""
+def later_writes(rows: Iterable[WriteRow], source: object) -> list[WriteKey]:
+    """The writes among `rows` (one checkpoint's, whose metadata `source` is given) that a
+    later run put there: under the null task id, `__resume__` writes, and every other
+    write of a task that also owns an `__interrupt__` or `__error__` write; on a loop's
+    checkpoint (`source` "loop" or "input") no task of which owns one, every write. In
+    row order."""
     listed = list(rows)
     rerun = {task for task, channel, _ in listed if channel in STOPPED}
+    if not rerun and source in LOOP_SOURCES:
+        return [(task, idx) for task, _, idx in listed]
     return [
         (task, idx)
         for task, channel, idx in listed

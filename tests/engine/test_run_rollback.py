@@ -11,11 +11,13 @@ interrupts, pending writes and history, and resume alike.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
-from langgraph.types import Command
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 from law_kit import Flavor, law_graph, listing, state_view, user_turn
 from savers import KINDS, open_async, open_sync
 from test_thread_ops import STEPS, TARGET, TWIN, assert_twins, play, run_config, run_ids_of
@@ -117,3 +119,76 @@ def test_rolling_back_a_stamped_resume_reads_lists_and_forks_as_the_twin(
         assert "run-c" not in run_ids_of(saver, TARGET)
         assert pending(saver, TARGET) == pending(saver, TWIN)
         assert_twins(graph, saver, stamps)
+
+
+class Said(TypedDict, total=False):
+    said: Annotated[list[str], operator.add]
+
+
+def _asking(state: Said) -> dict[str, Any]:
+    return {"said": [f"asked {interrupt('a question')}"]}
+
+
+def _telling(state: Said) -> dict[str, Any]:
+    return {"said": ["told"]}
+
+
+def shape_graph(saver: RetainingSaver, shape: str) -> Any:
+    """`parallel`: `asking` interrupts while `telling` finishes, in one step; `subgraph`:
+    `asking` interrupts inside a subgraph; `breakpoint`: `interrupt_before` stops the run
+    before `telling` runs, and a resume with no input runs it."""
+    if shape == "subgraph":
+        inner: Any = StateGraph(Said)
+        inner.add_node("asking", _asking)
+        inner.add_edge(START, "asking")
+        inner.add_edge("asking", END)
+        nodes = [("outer", inner.compile())]
+    else:
+        nodes = [("asking", _asking), ("telling", _telling)]
+    builder: Any = StateGraph(Said)
+    for name, node in nodes:
+        builder.add_node(name, node)
+    if shape == "breakpoint":
+        builder.add_edge(START, "asking")
+        builder.add_edge("asking", "telling")
+        builder.add_edge("telling", END)
+        return builder.compile(checkpointer=saver, interrupt_before=["telling"])
+    for name, _ in nodes:
+        builder.add_edge(START, name)
+        builder.add_edge(name, END)
+    return builder.compile(checkpointer=saver)
+
+
+def subgraph_view(graph: Any, saver: RetainingSaver, thread_id: str) -> Any:
+    """`view`, with the subgraphs' state and tasks."""
+    snapshot = graph.get_state(thread(thread_id), subgraphs=True)
+    tasks = [(t.name, normalize(list(t.interrupts)), t.state is not None) for t in snapshot.tasks]
+    return view(graph, saver, thread_id), tasks
+
+
+@pytest.mark.parametrize("shape", ["parallel", "subgraph", "breakpoint"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_rolling_back_a_resume_of_each_shape(
+    kind: str, shape: str, request: pytest.FixtureRequest
+) -> None:
+    """A sibling task's finished writes stay; a subgraph's checkpoint keeps only the
+    interrupt; after a static breakpoint the resumed task's writes go."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = shape_graph(saver, shape)
+        answer = None if shape == "breakpoint" else Command(resume="yes")
+        if shape == "breakpoint":  # `asking` is answered before the breakpoint
+            for t in (TARGET, TWIN):
+                graph.invoke({"said": []}, run_config(t, "run-1"))
+                graph.invoke(Command(resume="sure"), run_config(t, "run-2"))
+        else:
+            for t in (TARGET, TWIN):
+                graph.invoke({"said": []}, run_config(t, "run-1"))
+        graph.invoke(answer, run_config(TARGET, "run-resume"))
+        assert subgraph_view(graph, saver, TARGET) != subgraph_view(graph, saver, TWIN)
+        saver.delete_for_runs(["run-resume"])
+        assert subgraph_view(graph, saver, TARGET) == subgraph_view(graph, saver, TWIN)
+        assert integrity(inner, TARGET).clean
+        for t in (TARGET, TWIN):
+            graph.invoke(answer, run_config(t, "run-later"))
+        assert subgraph_view(graph, saver, TARGET) == subgraph_view(graph, saver, TWIN)

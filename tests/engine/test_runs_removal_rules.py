@@ -102,14 +102,23 @@ def test_the_writes_a_resume_left_are_the_commands_answers_and_rerun_tasks() -> 
         ("failed", "__error__", -1),
         ("failed", "said", 0),
     ]
-    assert later_writes(rows) == [
+    assert later_writes(rows, "loop") == [
         (NULL, -4),
         (NULL, 0),
         ("asked", -4),
         ("asked", 1),
         ("failed", 0),
     ]
-    assert later_writes([("asked", "__interrupt__", -3), ("done", "said", 0)]) == []
+    assert later_writes([("asked", "__interrupt__", -3), ("done", "said", 0)], "loop") == []
+
+
+def test_on_a_loops_checkpoint_no_task_stopped_at_every_write_is_later() -> None:
+    """The earlier run stopped before the step (a static breakpoint): it ran no task, so
+    every write is a later run's; `update_state`'s checkpoint owns writes of its own."""
+    rows = [("b", "said", 0), ("b", "branch:to:c", 1), (NULL, "__resume__", -4)]
+    assert later_writes(rows, "loop") == [("b", 0), ("b", 1), (NULL, -4)]
+    assert later_writes(rows, "input") == [("b", 0), ("b", 1), (NULL, -4)]
+    assert later_writes(rows, "update") == [(NULL, -4)]
 
 
 def test_only_a_checkpoint_the_removal_leaves_childless_is_cleaned() -> None:
