@@ -23,13 +23,19 @@ def of_run(thread: Thread, ids: list[str], run_id: str) -> None:
         thread.change(cid, metadata={**thread.node(cid).metadata, "run_id": run_id})
 
 
-def test_a_middle_run_goes_and_the_next_is_grafted_onto_the_one_before() -> None:
+def three_runs() -> tuple[Thread, list[list[str]]]:
+    """A thread of three runs one after another, `r1` to `r3`, and each run's ids."""
     t = Thread()
-    first = t.run(None)
-    middle = t.run(first[-1])
-    last = t.run(middle[-1])
-    for ids, run_id in ((first, "r1"), (middle, "r2"), (last, "r3")):
-        of_run(t, ids, run_id)
+    runs = [t.run(None)]
+    runs.append(t.run(runs[0][-1]))
+    runs.append(t.run(runs[1][-1]))
+    for i, ids in enumerate(runs, 1):
+        of_run(t, ids, f"r{i}")
+    return t, runs
+
+
+def test_a_middle_run_goes_and_the_next_is_grafted_onto_the_one_before() -> None:
+    t, (first, middle, last) = three_runs()
     plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
     assert [d.checkpoint_id for d in plan.deletions] == sorted(middle, reverse=True)
     assert all(d.reason is Reason.RUN_REMOVED and d.writes_consumed for d in plan.deletions)
@@ -144,3 +150,18 @@ def test_only_a_checkpoint_the_removal_leaves_childless_is_cleaned() -> None:
     plan = plan_run_removal(lineage, ["r2", "r3"])
     gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
     assert resumed_points(lineage, gone, plan.grafts, ["r2", "r3"]) == ()
+
+
+def test_a_kept_pre_v4_checkpoint_keeps_the_parent_it_reads_its_sends_from() -> None:
+    t, (first, middle, last) = three_runs()
+    for cid in last:
+        t.change(cid, format_version=3)
+    plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
+    assert plan.grafts  # no writes on either side: nothing to read, the graft holds
+    t.change(middle[-1], write_count=1)
+    plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
+    assert plan.kept[("", middle[-1])] is Protection.PRE_V4_SENDS
+    assert {d.checkpoint_id for d in plan.deletions} == set(middle[:-1])
+    assert plan.grafts == (
+        Graft("", middle[-1], tuple(reversed(middle[:-1])), first[-1], Reason.RUN_REMOVED),
+    )
