@@ -63,8 +63,10 @@ class ThreadOpsMixin(MaintenanceMixin):
         A run's checkpoints are those whose metadata names its `run_id`, and the
         subgraph calls made under them. A checkpoint that stays but whose parent goes
         is grafted onto its nearest remaining ancestor; what a remaining
-        checkpoint's DeltaChannel value is rebuilt from stays. Deleting a thread's
-        last run leaves the thread as it was before that run.
+        checkpoint's DeltaChannel value is rebuilt from stays, as does the parent a
+        kept pre-format-4 checkpoint reads its sends from (a warning names what
+        stayed). Deleting a thread's last run leaves the thread as it was before
+        that run, the writes it left on the checkpoint it resumed included.
 
         Args:
             run_ids: The runs to delete (a collection of run id strings; empty: nothing).

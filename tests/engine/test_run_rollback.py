@@ -11,6 +11,7 @@ interrupts, pending writes and history, and resume alike.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections import Counter
 from typing import Annotated, Any, TypedDict
@@ -192,3 +193,25 @@ def test_rolling_back_a_resume_of_each_shape(
         for t in (TARGET, TWIN):
             graph.invoke(answer, run_config(t, "run-later"))
         assert subgraph_view(graph, saver, TARGET) == subgraph_view(graph, saver, TWIN)
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_middle_removal_that_keeps_delta_sources_says_so(
+    kind: str, flavor: Flavor, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run removed from the middle of a DeltaChannel thread keeps the checkpoints the
+    later runs' values are rebuilt from (no graph is given to store them whole): a
+    partial removal, named in a warning each time. A full channel's removal is whole and
+    says nothing."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        play(saver, law_graph(saver, flavor), TARGET, STEPS)
+        for _ in range(2):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="retaining_saver"):
+                saver.delete_for_runs(["run-b"])
+            kept = "run-b" in run_ids_of(saver, TARGET)
+            assert kept is (flavor == "delta")
+            assert ("delta-history" in caplog.text) is kept
+            assert (TARGET in caplog.text) is kept
