@@ -11,6 +11,7 @@ interrupts, pending writes and history, and resume alike.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import operator
 from collections import Counter
@@ -94,6 +95,8 @@ async def test_async_rolling_back_a_resume(kind: str, request: pytest.FixtureReq
         for t, steps in ((TARGET, [*ASKING, RESUME]), (TWIN, ASKING)):
             for run_id, given in steps:
                 await graph.ainvoke(given, run_config(t, run_id))
+        # as the Agent Server rolls back: two calls at once, then one more
+        await asyncio.gather(*(saver.adelete_for_runs(["run-resume"]) for _ in range(2)))
         await saver.adelete_for_runs(["run-resume"])
         assert await aview(graph, saver, TARGET) == await aview(graph, saver, TWIN)
         assert (await aintegrity(inner, TARGET)).clean
