@@ -16,14 +16,18 @@ checkpoint (it has no child of its own), and what it can have put there is:
   `__error__` write;
 - nothing, when no task of the step stopped it (a static breakpoint such as
   `interrupt_before`, the step limit, or the end of the graph): it stopped before the
-  step ran. Only a checkpoint a run's loop wrote (`source` "loop" or "input") is read
-  so; another (`update_state`'s, a fork's) may own writes of its own.
+  step ran. Then the checkpoint holds only the writes its own making put there
+  (`OWN_CHANNELS`, by its metadata `source`): none on one a run's loop wrote ("loop",
+  "input", "fork": a fork applies a `Command`'s writes to its values, it stores none),
+  the `__pregel_push` writes on one `update_state` wrote ("update"). Another source
+  is not read so.
 
 So the writes that go (`later_writes`) are those the earlier run never puts there:
 every write under the null task id, every `__resume__` write (a resume's answer, and
 the answers an interrupted task consumed), the writes of a task that also owns an
-`__interrupt__` or `__error__` write (it ran again after it stopped), and, on a loop's
-checkpoint no task of which stopped, every write. What stays: the interrupts and
+`__interrupt__` or `__error__` write (it ran again after it stopped), and, on a
+checkpoint of a known source no task of which stopped, every write its making does
+not put there. What stays: the interrupts and
 errors (a resume that interrupted again replaced its interrupt's value in place, which
 cannot be undone) and the finished tasks' writes. Two limits follow: a task answered
 by several runs in turn (several `interrupt()` calls in one node, each resumed by its
@@ -52,9 +56,14 @@ INTERRUPT = "__interrupt__"
 ERROR = "__error__"
 STOPPED = frozenset({INTERRUPT, ERROR})
 """The writes a task that stopped its run leaves: it may run again in a later run."""
-LOOP_SOURCES = frozenset({"loop", "input"})
-"""The metadata `source` of the checkpoints a run's loop writes, which own no writes of
-their own making."""
+OWN_CHANNELS: dict[str, frozenset[str]] = {
+    "loop": frozenset(),
+    "input": frozenset(),
+    "fork": frozenset(),
+    "update": frozenset({"__pregel_push"}),
+}
+"""By a checkpoint's metadata `source`, the channels of the writes that making it puts
+on it: a run's loop puts none there, `update_state` its functional-API pushes."""
 
 WriteRow = tuple[str, str, int]
 """A writes row as this rule reads it: task id, channel, index."""
@@ -93,13 +102,14 @@ def resumed_points(
 def later_writes(rows: Iterable[WriteRow], source: object) -> list[WriteKey]:
     """The writes among `rows` (one checkpoint's, whose metadata `source` is given) that a
     later run put there: under the null task id, `__resume__` writes, and every other
-    write of a task that also owns an `__interrupt__` or `__error__` write; on a loop's
-    checkpoint (`source` "loop" or "input") no task of which owns one, every write. In
-    row order."""
+    write of a task that also owns an `__interrupt__` or `__error__` write; on a
+    checkpoint of a known source (`OWN_CHANNELS`) no task of which owns one, every
+    write on a channel its making does not write. In row order."""
     listed = list(rows)
     rerun = {task for task, channel, _ in listed if channel in STOPPED}
-    if not rerun and source in LOOP_SOURCES:
-        return [(task, idx) for task, _, idx in listed]
+    own = OWN_CHANNELS.get(source) if isinstance(source, str) else None
+    if not rerun and own is not None:
+        return [(task, idx) for task, channel, idx in listed if channel not in own]
     return [
         (task, idx)
         for task, channel, idx in listed

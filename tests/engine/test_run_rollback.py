@@ -15,6 +15,7 @@ import asyncio
 import logging
 import operator
 from collections import Counter
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -170,6 +171,21 @@ def subgraph_view(graph: Any, saver: RetainingSaver, thread_id: str) -> Any:
     return view(graph, saver, thread_id), tasks
 
 
+def roll_back_against_twin(
+    graph: Any, saver: RetainingSaver, given: Any, seen: Callable[..., Any]
+) -> None:
+    """Run `given` on the target alone (run-resume), roll it back, and hold the target to
+    the twin as `seen` shows them: before the next run, and after it on both."""
+    graph.invoke(given, run_config(TARGET, "run-resume"))
+    assert seen(graph, saver, TARGET) != seen(graph, saver, TWIN)
+    saver.delete_for_runs(["run-resume"])
+    assert seen(graph, saver, TARGET) == seen(graph, saver, TWIN)
+    assert integrity(saver.inner, TARGET).clean
+    for t in (TARGET, TWIN):
+        graph.invoke(given, run_config(t, "run-later"))
+    assert seen(graph, saver, TARGET) == seen(graph, saver, TWIN)
+
+
 @pytest.mark.parametrize("shape", ["parallel", "subgraph", "breakpoint"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_rolling_back_a_resume_of_each_shape(
@@ -188,14 +204,7 @@ def test_rolling_back_a_resume_of_each_shape(
         else:
             for t in (TARGET, TWIN):
                 graph.invoke({"said": []}, run_config(t, "run-1"))
-        graph.invoke(answer, run_config(TARGET, "run-resume"))
-        assert subgraph_view(graph, saver, TARGET) != subgraph_view(graph, saver, TWIN)
-        saver.delete_for_runs(["run-resume"])
-        assert subgraph_view(graph, saver, TARGET) == subgraph_view(graph, saver, TWIN)
-        assert integrity(inner, TARGET).clean
-        for t in (TARGET, TWIN):
-            graph.invoke(answer, run_config(t, "run-later"))
-        assert subgraph_view(graph, saver, TARGET) == subgraph_view(graph, saver, TWIN)
+        roll_back_against_twin(graph, saver, answer, subgraph_view)
 
 
 @pytest.mark.parametrize("flavor", ["full", "delta"])
@@ -218,3 +227,20 @@ def test_a_middle_removal_that_keeps_delta_sources_says_so(
             assert kept is (flavor == "delta")
             assert ("delta-history" in caplog.text) is kept
             assert (TARGET in caplog.text) is kept
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_rolling_back_a_run_that_went_on_from_an_edit(
+    kind: str, flavor: Flavor, request: pytest.FixtureRequest
+) -> None:
+    """`update_state` edits the thread as `reply`, then a run goes on from the edit
+    (`invoke(None)`, as a human-in-the-loop edit is continued): rolled back, the edit
+    waits for `count` again, as on the twin."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        graph = law_graph(saver, flavor)
+        for t in (TARGET, TWIN):
+            graph.invoke(user_turn("a"), run_config(t, "run-a"))
+            graph.update_state(thread(t), {"said": ["edited"]}, as_node="reply")
+        roll_back_against_twin(graph, saver, None, view)

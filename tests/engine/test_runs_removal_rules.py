@@ -120,11 +120,13 @@ def test_the_writes_a_resume_left_are_the_commands_answers_and_rerun_tasks() -> 
 
 def test_on_a_loops_checkpoint_no_task_stopped_at_every_write_is_later() -> None:
     """The earlier run stopped before the step (a static breakpoint): it ran no task, so
-    every write is a later run's; `update_state`'s checkpoint owns writes of its own."""
+    every write is a later run's; `update_state`'s checkpoint owns its pushes, and a
+    checkpoint of another source is judged by the markers alone."""
     rows = [("b", "said", 0), ("b", "branch:to:c", 1), (NULL, "__resume__", -4)]
-    assert later_writes(rows, "loop") == [("b", 0), ("b", 1), (NULL, -4)]
-    assert later_writes(rows, "input") == [("b", 0), ("b", 1), (NULL, -4)]
-    assert later_writes(rows, "update") == [(NULL, -4)]
+    for source in ("loop", "input", "fork", "update"):
+        assert later_writes(rows, source) == [("b", 0), ("b", 1), (NULL, -4)]
+    assert later_writes([*rows, ("u", "__pregel_push", 0)], "update") == later_writes(rows, "loop")
+    assert later_writes(rows, "other") == later_writes(rows, None) == [(NULL, -4)]
 
 
 def test_only_a_checkpoint_the_removal_leaves_childless_is_cleaned() -> None:
