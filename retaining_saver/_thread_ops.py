@@ -10,7 +10,10 @@ other (`backends._apply`): per thread, in one transaction that loads the lineage
 plans, and re-checks every step in the statement that carries it out, under the
 thread's lock, between two purges of its history caches. A pass that finds the
 thread changed under it is rolled back and made again; a pass that finds nothing
-of the runs does nothing, so repeated and concurrent calls are harmless.
+of the runs does nothing, so repeated and concurrent calls are harmless. In the
+same transaction, a checkpoint the removal leaves childless loses the writes the
+removed runs put on it when they resumed it (`_rules._resumed`); checkpoints of
+the runs that stay (what a kept checkpoint still reads) are named in a warning.
 
 A copy is one transaction too: every checkpoint, parent link, writes row, blob and
 reclaim record of the source, under the target id, into a target that has none.
