@@ -76,8 +76,9 @@ class StorageMixin:
 
     def create_retention_indexes(self) -> None:
         """Postgres: index `checkpoints` by parent, so admission's child check stays flat,
-        and root checkpoints by thread and id, so `RetentionSweeper` finds idle threads
-        without scanning the table.
+        root checkpoints by thread and id, so `RetentionSweeper` finds idle threads
+        without scanning the table, and checkpoints by the `run_id` in their metadata, so
+        `delete_for_runs` finds a run's threads without scanning it either.
 
         Run once, like the saver's own `setup()`; it builds the index
         concurrently, so the saver needs an autocommit connection (as

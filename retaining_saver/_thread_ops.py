@@ -10,7 +10,10 @@ other (`backends._apply`): per thread, in one transaction that loads the lineage
 plans, and re-checks every step in the statement that carries it out, under the
 thread's lock, between two purges of its history caches. A pass that finds the
 thread changed under it is rolled back and made again; a pass that finds nothing
-of the runs does nothing, so repeated and concurrent calls are harmless.
+of the runs does nothing, so repeated and concurrent calls are harmless. In the
+same transaction, a checkpoint the removal leaves childless loses the writes the
+removed runs put on it when they resumed it (`_rules._resumed`); checkpoints of
+the runs that stay (what a kept checkpoint still reads) are named in a warning.
 
 A copy is one transaction too: every checkpoint, parent link, writes row, blob and
 reclaim record of the source, under the target id, into a target that has none.
@@ -19,14 +22,22 @@ reclaim record of the source, under the target id, into a target that has none.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._effects import Flow, Invalidate, Locked, Mode, Run, adrive, answer, drive
 from retaining_saver._maintenance import MaintenanceMixin
-from retaining_saver._rules import RetentionPolicy, plan_run_removal
+from retaining_saver._rules import (
+    NodeKey,
+    Protection,
+    RetentionPolicy,
+    later_writes,
+    plan_run_removal,
+    resumed_points,
+)
 from retaining_saver._rules import _validate as validate
 from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
@@ -55,8 +66,10 @@ class ThreadOpsMixin(MaintenanceMixin):
         A run's checkpoints are those whose metadata names its `run_id`, and the
         subgraph calls made under them. A checkpoint that stays but whose parent goes
         is grafted onto its nearest remaining ancestor; what a remaining
-        checkpoint's DeltaChannel value is rebuilt from stays. Deleting a thread's
-        last run leaves the thread as it was before that run.
+        checkpoint's DeltaChannel value is rebuilt from stays, as does the parent a
+        kept pre-format-4 checkpoint reads its sends from (a warning names what
+        stayed). Deleting a thread's last run leaves the thread as it was before
+        that run, the writes it left on the checkpoint it resumed included.
 
         Args:
             run_ids: The runs to delete (a collection of run id strings; empty: nothing).
@@ -176,12 +189,33 @@ def _remove(
     """Plan the removal on the lineage as this transaction reads it, and carry it out."""
     lineage = yield from backend.load_lineage(thread_id)
     plan = plan_run_removal(lineage, run_ids, policy)
+    _report_kept(thread_id, plan.kept)
     if not plan.deletions:
         return Applied()
     applied = yield from backend.apply_plan(thread_id, plan)
     gone = [(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted]
     yield from backend.forget_reclaimed_clones(thread_id, gone)
+    for ns, checkpoint_id in resumed_points(lineage, gone, applied.grafted, run_ids):
+        rows = yield from backend.write_rows(thread_id, ns, checkpoint_id)
+        later = later_writes(rows, lineage.nodes[ns, checkpoint_id].metadata.get("source"))
+        if later:
+            yield from backend.delete_writes(thread_id, ns, checkpoint_id, later)
     return applied
+
+
+def _report_kept(thread_id: str, kept: Mapping[NodeKey, Protection]) -> None:
+    """Say which checkpoints of the runs stay, and why: a removal that keeps some is a
+    partial one (`delete_for_runs` answers None, as LangGraph's signature has it)."""
+    if not kept:
+        return
+    why = Counter(str(protection) for protection in kept.values())
+    logger.warning(
+        "delete_for_runs kept %d checkpoint(s) of the runs in thread %s (%s); see "
+        "docs/rules.md#run-removed",
+        len(kept),
+        thread_id,
+        ", ".join(f"{reason}: {count}" for reason, count in sorted(why.items())),
+    )
 
 
 def _copy(backend: Backend, source: str, target: str) -> Op[None]:

@@ -118,7 +118,8 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 | keep-step              | super-step the policy's `keep_step` keeps                      |
 | live-run               | super-step of the head's run while the head owns writes        |
 | pre-v4-sends           | parent of a kept checkpoint older than format 4, which reads   |
-|                        | its pending sends from this one's writes (history rules)       |
+|                        | its pending sends from this one's writes (history rules, run   |
+|                        | removal)                                                       |
 | fork-memory            | a `checkpointer=True` subgraph's latest checkpoint before a    |
 |                        | kept root checkpoint (before its parent, for an `update` or    |
 |                        | `fork` one): a fork from that one loads it as the subgraph's   |
@@ -133,9 +134,10 @@ a branch). Pending-writes and subgraph-parent keep the checkpoint itself,
 which a graft or root may then re-parent.
 
 A checkpoint written before format 4 (`v` < 4) keeps its parent under the
-history rules (`pre-v4-sends`), unless neither that parent nor the one the
-checkpoint would get (none, for a root) owns writes: the Postgres saver reads
-such a checkpoint's pending sends from its parent's `__pregel_tasks` writes.
+history rules and under a run removal (`pre-v4-sends`), unless neither that
+parent nor the one the checkpoint would get (none, for a root) owns writes: the
+Postgres saver reads such a checkpoint's pending sends from its parent's
+`__pregel_tasks` writes.
 Duration-link grafts need nothing more (a new parent owns no writes, as a link
 owns none).
 
@@ -190,6 +192,10 @@ from retaining_saver._rules._lineage import Skip as Skip
 from retaining_saver._rules._plan import plan_retention as plan_retention
 from retaining_saver._rules._policy import LeafPredicate as LeafPredicate
 from retaining_saver._rules._policy import RetentionPolicy as RetentionPolicy
+from retaining_saver._rules._resumed import WriteKey as WriteKey
+from retaining_saver._rules._resumed import WriteRow as WriteRow
+from retaining_saver._rules._resumed import later_writes as later_writes
+from retaining_saver._rules._resumed import resumed_points as resumed_points
 from retaining_saver._rules._runs import compactable_steps as compactable_steps
 from retaining_saver._rules._runs import delta_channels as delta_channels
 from retaining_saver._rules._runs import split_runs as split_runs

@@ -31,13 +31,15 @@ table as `_rules` renders it (`preconditions_table`):
 | row       | childless           | no checkpoint names it as parent                      |
 | row       | no-pending-writes   | it owns no writes, unless the plan counts them        |
 |           |                     | consumed                                              |
+| writes    | childless           | no checkpoint names it as parent                      |
 
 A take is admission's: a stamp at the head judged on the rows one round reads
 (`leaf_verdict`). A stamp deletion is a plan's stamp at the head, judged on its
 own first; a clone deletion is a grafted duration link, judged on the rows the
 plan reads and changes (`_recheck`); a row is every other deletion, which its
 statement alone guards, the plan's own deletions aside (a child deleted with
-it does not count).
+it does not count). A writes deletion takes, from a checkpoint that stays, the
+writes rows a removed run left there (`_resumed`), each row's statement guarded.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class DeletionKind(StrEnum):
     STAMP = "stamp"
     CLONE = "clone"
     ROW = "row"
+    WRITES = "writes"
 
 
 @dataclass(slots=True)
@@ -189,6 +192,7 @@ PRECONDITIONS: Mapping[DeletionKind, tuple[Check, ...]] = {
     ),
     DeletionKind.CLONE: (PARENT_AS_PROVEN, CHILDLESS, NO_PENDING_WRITES, STILL_A_CLONE),
     DeletionKind.ROW: (PARENT_AS_PROVEN, CHILDLESS, NO_UNCONSUMED_WRITES),
+    DeletionKind.WRITES: (CHILDLESS,),
 }
 """Each kind's checks, in the order a verdict runs them (the first that fails names a take's
 `Skip`)."""

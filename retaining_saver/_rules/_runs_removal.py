@@ -19,6 +19,14 @@ What stays reads as before:
   the next call finds the rest again.
 - an ancestor chain that ends at a missing row is not proven: its run's checkpoints
   on it stay (`fork-point-missing`).
+- a kept checkpoint written before format 4 (`v` < 4) reads its pending sends from
+  its parent's `__pregel_tasks` writes (the Postgres saver moves them into its read),
+  so a parent of a removed run stays under it (`pre-v4-sends`), unless neither that
+  parent nor the one the checkpoint would get (none, for a root) owns writes: as the
+  history rules keep it, failing closed.
+
+The checkpoints kept so are the plan's `kept`: the removal is partial, and the caller
+reports it.
 """
 
 from __future__ import annotations
@@ -70,7 +78,11 @@ def plan_run_removal(
     doomed |= _stamps_on(lineage, doomed, policy or RetentionPolicy())
     kept: dict[NodeKey, Protection] = {}
     while True:
-        read = _read_by_kept(lineage, doomed) | _above_missing(lineage, doomed)
+        read = (
+            _read_by_kept(lineage, doomed)
+            | _above_missing(lineage, doomed)
+            | _sends_of_kept(lineage, doomed)
+        )
         if not read:
             break
         kept.update(read)
@@ -159,6 +171,23 @@ def _above_missing(lineage: Lineage, doomed: set[NodeKey]) -> dict[NodeKey, Prot
         chain, ancestor = _doomed_chain(lineage, node, doomed)
         if ancestor is None and chain and lineage.nodes[chain[-1]].parent_id is not None:
             found.update(dict.fromkeys(chain, Protection.FORK_POINT_MISSING))
+    return found
+
+
+def _sends_of_kept(lineage: Lineage, doomed: set[NodeKey]) -> dict[NodeKey, Protection]:
+    """Doomed parents of kept pre-format-4 checkpoints, which read their pending sends
+    from their parent's writes: each stays unless neither it nor the checkpoint's new
+    parent owns writes."""
+    found: dict[NodeKey, Protection] = {}
+    for key, node in lineage.nodes.items():
+        if key in doomed or node.format_version is None or node.format_version >= 4:
+            continue
+        parent = lineage.parent(node)
+        if parent is None or not _parent_doomed(node, doomed):
+            continue
+        _, new_parent = _doomed_chain(lineage, node, doomed)
+        if parent.write_count or (new_parent is not None and new_parent.write_count):
+            found[(parent.checkpoint_ns, parent.checkpoint_id)] = Protection.PRE_V4_SENDS
     return found
 
 

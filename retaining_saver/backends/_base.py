@@ -30,6 +30,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
+from retaining_saver._rules._resumed import WriteKey, WriteRow
 from retaining_saver.backends._apply import apply_plan
 from retaining_saver.backends._ops import Capabilities as Capabilities
 from retaining_saver.backends._ops import Integrity as Integrity
@@ -263,6 +264,19 @@ class Backend(ABC):
     @abstractmethod
     def forget_reclaimed_clones(self, thread_id: str, keys: Sequence[NodeKey]) -> Op[None]:
         """Delete the reclaim records that resolve to one of `keys` (deleted checkpoints)."""
+
+    @abstractmethod
+    def write_rows(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[list[WriteRow]]:
+        """The checkpoint's writes rows, as task id, channel and index, in key order."""
+
+    @abstractmethod
+    def delete_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, keys: Sequence[WriteKey]
+    ) -> Op[int]:
+        """Delete the checkpoint's writes rows of `keys` (task id, index), each only while no
+        checkpoint names it as parent; how many were deleted."""
 
     @abstractmethod
     def thread_exists(self, thread_id: str) -> Op[bool]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from retaining_saver._rules import NodeKey
+from retaining_saver._rules import NodeKey, WriteKey, WriteRow
 from retaining_saver.backends._base import Backend, Op
 
 # The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
@@ -101,6 +101,31 @@ class MemoryThreads(Backend):
             )
 
         yield statement
+
+    def write_rows(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[list[WriteRow]]:
+        def statement() -> list[WriteRow]:
+            stored = self.saver.writes.get((thread_id, checkpoint_ns, checkpoint_id), {})
+            return sorted((str(t), str(row[1]), int(i)) for (t, i), row in stored.items())
+
+        found: list[WriteRow] = yield statement
+        return found
+
+    def delete_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, keys: Sequence[WriteKey]
+    ) -> Op[int]:
+        def statement() -> int:
+            rows = self.saver.storage.get(thread_id, {}).get(checkpoint_ns, {})
+            if any(row[2] == checkpoint_id for row in rows.values()):  # check: childless
+                return 0
+            stored = self.saver.writes.get((thread_id, checkpoint_ns, checkpoint_id), {})
+            gone = [k for k in keys if k in stored]
+            drop(stored, gone)
+            return len(gone)
+
+        deleted: int = yield statement
+        return deleted
 
     def thread_exists(self, thread_id: str) -> Op[bool]:
         found: bool = yield lambda: any(self.saver.storage.get(thread_id, {}).values())

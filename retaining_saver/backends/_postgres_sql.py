@@ -229,10 +229,36 @@ SELECT
 
 # Whole-thread and whole-run operations (`SqlThreads`): `delete_for_runs` finds a run's
 # threads and forgets the reclaim records of what it deleted; `copy_thread` copies a
-# thread's rows under another id. `checkpoints.metadata` has no index: finding a run's
-# threads reads the table, once per `delete_for_runs` call.
+# thread's rows under another id. Finding a run's threads probes the run index
+# (`CREATE_RUN_INDEX_SQL`, built by `create_indexes`); without it, the lookup reads the
+# whole table, once per `delete_for_runs` call.
+CREATE_RUN_INDEX_SQL = """
+CREATE INDEX CONCURRENTLY IF NOT EXISTS retaining_saver_checkpoints_run_idx
+ON checkpoints ((metadata ->> 'run_id'), thread_id)
+"""
+
 SELECT_RUN_THREADS_SQL = """
 SELECT DISTINCT thread_id FROM checkpoints WHERE metadata ->> 'run_id' = ANY(%s::text[])
+"""
+
+# A resumed checkpoint's writes rows, and the deletion of one that a removed run put
+# there (`_rules._resumed`): only while the checkpoint has no child left.
+SELECT_WRITE_ROWS_SQL = """
+SELECT task_id, channel, idx FROM checkpoint_writes
+WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s
+ORDER BY task_id, idx
+"""
+
+DELETE_WRITE_SQL = """
+DELETE FROM checkpoint_writes AS w
+WHERE w.thread_id = %s AND w.checkpoint_ns = %s AND w.checkpoint_id = %s
+    AND w.task_id = %s AND w.idx = %s
+    AND NOT EXISTS ( -- check: childless
+        SELECT 1 FROM checkpoints AS c
+        WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns
+            AND c.parent_checkpoint_id = w.checkpoint_id
+    )
+RETURNING w.idx
 """
 
 SELECT_THREAD_EXISTS_SQL = """

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retaining_saver._rules import NodeKey
+from retaining_saver._rules import NodeKey, WriteKey, WriteRow
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._sql import SqlBackend, Statement
 
@@ -32,6 +32,8 @@ class ThreadTexts:
     copy_blobs: str | None
     copy_reclaimed: str
     delete_reclaimed_clones: str
+    select_write_rows: str
+    delete_write: str
 
 
 class SqlThreads(SqlBackend):
@@ -55,6 +57,23 @@ class SqlThreads(SqlBackend):
         for ns, ids in sorted(by_ns.items()):
             params = (str(thread_id), ns, self._ids_param(ids))
             yield Statement(self.thread_sql.delete_reclaimed_clones, params)
+
+    def write_rows(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> Op[list[WriteRow]]:
+        params = (str(thread_id), checkpoint_ns, checkpoint_id)
+        rows = yield Statement(self.thread_sql.select_write_rows, params, fetch=True)
+        return [(str(r["task_id"]), str(r["channel"]), int(r["idx"])) for r in rows]
+
+    def delete_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, keys: Sequence[WriteKey]
+    ) -> Op[int]:
+        deleted = 0
+        for task_id, idx in keys:
+            params = (str(thread_id), checkpoint_ns, checkpoint_id, task_id, idx)
+            rows = yield Statement(self.thread_sql.delete_write, params, fetch=True)
+            deleted += len(rows)
+        return deleted
 
     def thread_exists(self, thread_id: str) -> Op[bool]:
         rows = yield Statement(self.thread_sql.select_thread_exists, (str(thread_id),), fetch=True)

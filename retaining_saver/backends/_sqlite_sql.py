@@ -205,6 +205,24 @@ SELECT DISTINCT thread_id FROM checkpoints
 WHERE json_extract(CAST(metadata AS TEXT), '$.run_id') IN (SELECT value FROM json_each(?))
 """
 
+# A resumed checkpoint's writes rows, and the deletion of one that a removed run put
+# there (`_rules._resumed`): only while the checkpoint has no child left.
+SELECT_WRITE_ROWS_SQL = """
+SELECT task_id, channel, idx FROM writes
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+ORDER BY task_id, idx
+"""
+
+DELETE_WRITE_SQL = """
+DELETE FROM writes
+WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND task_id = ?4 AND idx = ?5
+    AND NOT EXISTS ( -- check: childless
+        SELECT 1 FROM checkpoints
+        WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND parent_checkpoint_id = ?3
+    )
+RETURNING idx
+"""
+
 SELECT_THREAD_EXISTS_SQL = """
 SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = ?) AS found
 """

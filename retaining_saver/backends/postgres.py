@@ -59,10 +59,12 @@ from retaining_saver.backends._postgres_sql import (
     COPY_WRITES_SQL,
     CREATE_PARENT_INDEX_SQL,
     CREATE_RECLAIMED_TABLE_SQL,
+    CREATE_RUN_INDEX_SQL,
     DELETE_CHECKPOINT_SQL,
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
     DELETE_THREAD_RECLAIMED_SQL,
+    DELETE_WRITE_SQL,
     DELETE_WRITES_SQL,
     SELECT_CHILDREN_SQL,
     SELECT_FIRST_THREAD_IDS_SQL,
@@ -79,6 +81,7 @@ from retaining_saver.backends._postgres_sql import (
     SELECT_THREAD_EXISTS_SQL,
     SELECT_THREAD_IDS_AFTER_SQL,
     SELECT_THREAD_STATS_SQL,
+    SELECT_WRITE_ROWS_SQL,
     UPSERT_RECLAIMED_SQL,
 )
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
@@ -116,6 +119,8 @@ THREAD_SQL = ThreadTexts(
     copy_blobs=COPY_BLOBS_SQL,
     copy_reclaimed=COPY_RECLAIMED_SQL,
     delete_reclaimed_clones=DELETE_RECLAIMED_CLONES_SQL,
+    select_write_rows=SELECT_WRITE_ROWS_SQL,
+    delete_write=DELETE_WRITE_SQL,
 )
 """The statements `SqlThreads` runs on Postgres, each named."""
 
@@ -219,8 +224,8 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         return result
 
     def create_indexes(self) -> None:
-        """Create the parent index and the sweep's root index, concurrently, and the reclaim
-        records' table; needs an autocommit connection."""
+        """Create the parent index, the sweep's root index and the run index, concurrently,
+        and the reclaim records' table; needs an autocommit connection."""
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
         self.run(self._indexing(), Mode.GUARDED)
@@ -232,7 +237,12 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     def _indexing(self) -> Op[None]:
         """The statements of `create_indexes`, each on its own (`CONCURRENTLY` runs in no
         transaction) and never prepared: each runs once."""
-        for sql in (CREATE_PARENT_INDEX_SQL, CREATE_ROOT_INDEX_SQL, CREATE_RECLAIMED_TABLE_SQL):
+        for sql in (
+            CREATE_PARENT_INDEX_SQL,
+            CREATE_ROOT_INDEX_SQL,
+            CREATE_RUN_INDEX_SQL,
+            CREATE_RECLAIMED_TABLE_SQL,
+        ):
             yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True
 

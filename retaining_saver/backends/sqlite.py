@@ -68,6 +68,7 @@ from retaining_saver.backends._sqlite_sql import (
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
     DELETE_THREAD_RECLAIMED_SQL,
+    DELETE_WRITE_SQL,
     DELETE_WRITES_SQL,
     ROLLBACK_SQL,
     SELECT_CHILDREN_SQL,
@@ -86,6 +87,7 @@ from retaining_saver.backends._sqlite_sql import (
     SELECT_THREAD_EXISTS_SQL,
     SELECT_THREAD_IDS_AFTER_SQL,
     SELECT_THREAD_STATS_SQL,
+    SELECT_WRITE_ROWS_SQL,
     SET_SYNCHRONOUS_EXTRA_SQL,
     SET_SYNCHRONOUS_FULL_SQL,
     SET_SYNCHRONOUS_NORMAL_SQL,
@@ -127,6 +129,8 @@ THREAD_SQL = ThreadTexts(
     copy_blobs=None,
     copy_reclaimed=COPY_RECLAIMED_SQL,
     delete_reclaimed_clones=DELETE_RECLAIMED_CLONES_SQL,
+    select_write_rows=SELECT_WRITE_ROWS_SQL,
+    delete_write=DELETE_WRITE_SQL,
 )
 """The statements `SqlThreads` runs on SQLite, each named; there is no blob table."""
 

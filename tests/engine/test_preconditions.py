@@ -13,16 +13,17 @@ import pytest
 import retaining_saver._rules as rules
 from retaining_saver._rules import PRECONDITIONS, DeletionKind
 from retaining_saver._rules import _checks as checks
-from retaining_saver.backends import _sqlite_sql_plan, memory
+from retaining_saver.backends import _sqlite_sql, _sqlite_sql_plan, memory
 
 try:  # the Postgres statements need psycopg, an extra
     from retaining_saver.backends import (
+        _postgres_sql,
         _postgres_sql_admission,
         _postgres_sql_plan,
         _postgres_sql_take,
     )
 except ImportError:  # pragma: no cover
-    _postgres_sql_admission = _postgres_sql_plan = _postgres_sql_take = None  # type: ignore[assignment]
+    _postgres_sql = _postgres_sql_admission = _postgres_sql_plan = _postgres_sql_take = None  # type: ignore[assignment]
 
 MARKER = re.compile(r"(?:--|#)\s*check:\s*([a-z-]+)")
 """A guard clause's comment naming the check it enforces (`-- check:` in SQL, `#` in Python)."""
@@ -47,6 +48,11 @@ GUARDS: dict[str, tuple[DeletionKind, Callable[[], str]]] = {
         _text(_sqlite_sql_plan, "DELETE_CHECKPOINT_GUARDED_SQL"),
     ),
     "memory delete_rows": (DeletionKind.ROW, _source(memory.MemoryBackend.delete_rows)),
+    "sqlite DELETE_WRITE_SQL": (DeletionKind.WRITES, _text(_sqlite_sql, "DELETE_WRITE_SQL")),
+    "memory delete_writes": (
+        DeletionKind.WRITES,
+        _source(memory.MemoryBackend.delete_writes),
+    ),
 }
 """Each statement that guards a deletion itself, and the kind whose checks it enforces. The
 other kinds are judged by the rules on rows read in the transaction (`_recheck`)."""
@@ -71,6 +77,10 @@ if _postgres_sql_take is not None:
         "postgres DELETE_ROWS_SQL": (
             DeletionKind.ROW,
             _text(_postgres_sql_plan, "DELETE_ROWS_SQL"),
+        ),
+        "postgres DELETE_WRITE_SQL": (
+            DeletionKind.WRITES,
+            _text(_postgres_sql, "DELETE_WRITE_SQL"),
         ),
     }
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from test_rules import DURATION, Thread
 
-from retaining_saver._rules import Graft, Lineage, Protection, Reason, Root, plan_run_removal
+from retaining_saver._rules import (
+    Graft,
+    Lineage,
+    Protection,
+    Reason,
+    Root,
+    later_writes,
+    plan_run_removal,
+    resumed_points,
+)
 
 
 def of_run(thread: Thread, ids: list[str], run_id: str) -> None:
@@ -14,13 +23,19 @@ def of_run(thread: Thread, ids: list[str], run_id: str) -> None:
         thread.change(cid, metadata={**thread.node(cid).metadata, "run_id": run_id})
 
 
-def test_a_middle_run_goes_and_the_next_is_grafted_onto_the_one_before() -> None:
+def three_runs() -> tuple[Thread, list[list[str]]]:
+    """A thread of three runs one after another, `r1` to `r3`, and each run's ids."""
     t = Thread()
-    first = t.run(None)
-    middle = t.run(first[-1])
-    last = t.run(middle[-1])
-    for ids, run_id in ((first, "r1"), (middle, "r2"), (last, "r3")):
-        of_run(t, ids, run_id)
+    runs = [t.run(None)]
+    runs.append(t.run(runs[0][-1]))
+    runs.append(t.run(runs[1][-1]))
+    for i, ids in enumerate(runs, 1):
+        of_run(t, ids, f"r{i}")
+    return t, runs
+
+
+def test_a_middle_run_goes_and_the_next_is_grafted_onto_the_one_before() -> None:
+    t, (first, middle, last) = three_runs()
     plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
     assert [d.checkpoint_id for d in plan.deletions] == sorted(middle, reverse=True)
     assert all(d.reason is Reason.RUN_REMOVED and d.writes_consumed for d in plan.deletions)
@@ -74,3 +89,81 @@ def test_nothing_of_the_runs_plans_nothing() -> None:
     of_run(t, t.run(None), "r1")
     assert plan_run_removal(Lineage.of("t", t.nodes.values()), ["r9"]).empty
     assert plan_run_removal(Lineage.of("t", t.nodes.values()), []).empty
+
+
+NULL = "00000000-0000-0000-0000-000000000000"
+
+
+def test_the_writes_a_resume_left_are_the_commands_answers_and_rerun_tasks() -> None:
+    """On the checkpoint an earlier run stopped at: its finished task (`done`), its
+    interrupt and its error stay; the `Command`'s writes, every `__resume__` write and the
+    writes of the tasks that ran again (`asked`, `failed`) go."""
+    rows = [
+        (NULL, "__resume__", -4),
+        (NULL, "notes", 0),
+        ("asked", "__interrupt__", -3),
+        ("asked", "__resume__", -4),
+        ("asked", "said", 1),
+        ("done", "said", 0),
+        ("failed", "__error__", -1),
+        ("failed", "said", 0),
+    ]
+    assert later_writes(rows, "loop") == [
+        (NULL, -4),
+        (NULL, 0),
+        ("asked", -4),
+        ("asked", 1),
+        ("failed", 0),
+    ]
+    assert later_writes([("asked", "__interrupt__", -3), ("done", "said", 0)], "loop") == []
+
+
+def test_on_a_loops_checkpoint_no_task_stopped_at_every_write_is_later() -> None:
+    """The earlier run stopped before the step (a static breakpoint): it ran no task, so
+    every write is a later run's; `update_state`'s checkpoint owns its pushes, and a
+    checkpoint of another source is judged by the markers alone."""
+    rows = [("b", "said", 0), ("b", "branch:to:c", 1), (NULL, "__resume__", -4)]
+    for source in ("loop", "input", "fork", "update"):
+        assert later_writes(rows, source) == [("b", 0), ("b", 1), (NULL, -4)]
+    assert later_writes([*rows, ("u", "__pregel_push", 0)], "update") == later_writes(rows, "loop")
+    assert later_writes(rows, "other") == later_writes(rows, None) == [(NULL, -4)]
+
+
+def test_only_a_checkpoint_the_removal_leaves_childless_is_cleaned() -> None:
+    t = Thread()
+    asked = t.run(None)
+    resumed = t.run(asked[-1])
+    of_run(t, asked, "r1")
+    of_run(t, resumed, "r2")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert resumed_points(lineage, gone, plan.grafts, ["r2"]) == (("", asked[-1]),)
+    assert resumed_points(lineage, gone, plan.grafts, ["r1", "r2"]) == ()  # its own run goes
+    later = t.run(resumed[-1])  # a run after the resume stays: it is grafted on
+    of_run(t, later, "r3")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert plan.grafts and resumed_points(lineage, gone, plan.grafts, ["r2"]) == ()
+    branch = t.run(asked[-1])  # a kept child of its own
+    of_run(t, branch, "r4")
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2", "r3"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    assert resumed_points(lineage, gone, plan.grafts, ["r2", "r3"]) == ()
+
+
+def test_a_kept_pre_v4_checkpoint_keeps_the_parent_it_reads_its_sends_from() -> None:
+    t, (first, middle, last) = three_runs()
+    for cid in last:
+        t.change(cid, format_version=3)
+    plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
+    assert plan.grafts  # no writes on either side: nothing to read, the graft holds
+    t.change(middle[-1], write_count=1)
+    plan = plan_run_removal(Lineage.of("t", t.nodes.values()), ["r2"])
+    assert plan.kept[("", middle[-1])] is Protection.PRE_V4_SENDS
+    assert {d.checkpoint_id for d in plan.deletions} == set(middle[:-1])
+    assert plan.grafts == (
+        Graft("", middle[-1], tuple(reversed(middle[:-1])), first[-1], Reason.RUN_REMOVED),
+    )

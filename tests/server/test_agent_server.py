@@ -291,3 +291,32 @@ async def test_a_subclassed_inner_saver_keeps_cleanup(
         await assert_clean(server, thread_id)
         report(server, "subclassed inner saver")
         assert [c["answer"] for c in server.calls() if c["call"] == "adelete_for_runs"]
+
+
+def waiting(state: Any) -> Any:
+    """What a client sees of an interrupted thread: values, next nodes, interrupts."""
+    interrupts = [i["value"] for t in state["tasks"] for i in t.get("interrupts", [])]
+    return state["values"], state["next"], interrupts
+
+
+async def test_delete_a_resume_run(store_target: tuple[str, str], tmp_path: Path) -> None:
+    """`DELETE /threads/{id}/runs/{run_id}` of the run that answered an interrupt: the
+    thread waits on the same interrupt again, and takes another answer."""
+    async with thread_on_server(store_target, tmp_path) as (server, client, thread_id):
+        await run(client, thread_id, "ask b")
+        before = waiting(await client.threads.get_state(thread_id))
+        assert before[1] == ["review"] and before[2] == ["review the reply"]
+        resume = await client.runs.create(thread_id, ASSISTANT, command={"resume": "yes"})
+        await asyncio.wait_for(client.runs.join(thread_id, resume["run_id"]), RUN_SECONDS)
+        assert said(await client.threads.get_state(thread_id))[-1] == "human yes"
+        await client.runs.delete(thread_id, resume["run_id"])
+        assert resume["run_id"] not in await run_ids_in(server, thread_id)
+        assert waiting(await client.threads.get_state(thread_id)) == before
+        await assert_clean(server, thread_id)
+        later = await client.runs.create(thread_id, ASSISTANT, command={"resume": "later"})
+        await asyncio.wait_for(client.runs.join(thread_id, later["run_id"]), RUN_SECONDS)
+        state = await client.threads.get_state(thread_id)
+        assert said(state) == [*before[0]["said"], "human later"] and state["next"] == []
+        report(server, "DELETE a resume run")
+        calls = [c for c in server.calls() if c["call"] == "adelete_for_runs"]
+        assert calls and all(c["answer"] == "returned" for c in calls)
