@@ -80,7 +80,11 @@ class _Planner:
         units += links
         deletions, deferred = _cap(units, self.policy.max_delete_per_run)
         # History units come last: their stretches parent no other rule's deletions.
-        taken_units, deferred_units = capped(history, self._room_left(len(deletions)))
+        taken_units, deferred_units = capped(
+            history,
+            self._room_left(len(deletions)),
+            may_pass_the_cap=not deletions and bool(self.policy.max_delete_per_run),
+        )
         deletions += [d for unit in taken_units for d in unit.deletions]
         deferred += [d for unit in deferred_units for d in unit.deletions]
         for deletion in deferred:

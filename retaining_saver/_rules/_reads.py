@@ -37,6 +37,8 @@ class _AncestorReads:
     replays_memory: bool
     removed: set[NodeKey]
     taken: set[NodeKey]
+    on_line: set[NodeKey]
+    materialise: dict[NodeKey, tuple[str, ...]]
 
     def _walks(
         self,
@@ -92,33 +94,45 @@ class _AncestorReads:
                 rescued.update(walked)
                 removed = {k: r for k, r in removed.items() if k not in walked}
             needed = self._sends_parents(removed) | self._replay_parents(removed)
-            needed = needed or self._last_namers(removed)
+            needed = needed or self._last_namers(removed, materialise)
             if not needed:
                 return removed, materialise
             rescued.update(needed)
             removed = {k: r for k, r in removed.items() if k not in needed}
 
-    def _last_namers(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
+    def _last_namers(
+        self, removed: Mapping[NodeKey, Any], materialise: Mapping[NodeKey, tuple[str, ...]]
+    ) -> dict[NodeKey, Protection]:
         """For a delta channel that only checkpoints in `removed` name, while one that
-        stays does not store it: the newest of them, with what of `removed` is above it.
+        stays does not store it: the newest of them, with what of `removed` is above it
+        up to the line being planned (as every protection keeps its ancestors).
 
         The walks are told from the channels the thread's metadata names (LangGraph
         names them at each checkpoint that does not store them): were none left to
         name one, the next pass would judge the walks through what stays as none,
-        and remove what they read.
+        and remove what they read. A value the pass stores whole (`materialise`, or
+        the root namespace's, planned before) is stored: no walk reads through it.
         """
         needed: dict[NodeKey, Protection] = {}
         gone = removed.keys() | self.removed | self.taken
-        stays = [n for k, n in self.lineage.nodes.items() if k not in gone]
+        stays = {k: n for k, n in self.lineage.nodes.items() if k not in gone}
+
+        def walks(key: NodeKey, node: CheckpointNode, channel: str) -> bool:
+            whole = (*materialise.get(key, ()), *self.materialise.get(key, ()))
+            stored = {*(node.stored or ()), *whole}
+            return channel in node.channel_versions and channel not in stored
+
         for channel in sorted(self.delta):
-            if any(_names(n, channel) for n in stays) or not any(
-                channel in n.channel_versions and channel not in (n.stored or ()) for n in stays
+            if any(_names(n, channel) for n in stays.values()) or not any(
+                walks(k, n, channel) for k, n in stays.items()
             ):
                 continue
             namers = [k for k in removed if _names(self.lineage.nodes[k], channel)]
             protection, key = Protection.DELTA_HISTORY, max(namers, default=None)
             while key is not None and key in removed:
                 needed[key] = protection
+                if key in self.on_line:
+                    break  # the line's own stretches end in a root or a graft
                 parent_id = self.lineage.nodes[key].parent_id
                 protection, key = Protection.ANCESTOR, (key[0], str(parent_id))
         return needed
