@@ -62,16 +62,25 @@ class _Planner:
     def plan(self) -> Plan:
         units = self._stamp_stacks()
         self._protect_chains(set(_flatten(units)))
-        history = _History(
-            self.lineage,
-            self.policy,
-            self.now,
-            children=self.children,
-            kept=self.kept,
-            taken=set(_flatten(units)),
-            referenced=self.referenced,
-            newest_missing=self.newest_missing,
-        )
+        # A subgraph checkpoint kept as the last to name a DeltaChannel keeps the root
+        # checkpoint it was written under; which root checkpoints go is known only once
+        # planned: plan again with those kept until none more is needed.
+        namer_roots: frozenset[NodeKey] = frozenset()
+        while True:
+            history = _History(
+                self.lineage,
+                self.policy,
+                self.now,
+                children=self.children,
+                kept=self.kept,
+                taken=set(_flatten(units)),
+                referenced=self.referenced,
+                newest_missing=self.newest_missing,
+                namer_roots=namer_roots,
+            )
+            if history.namer_roots <= namer_roots:
+                break
+            namer_roots |= history.namer_roots
         self.kept, self.history_scope = history.kept, history.scope
         links = self._links()
         # A link may also parent a superseded subtree, which must go first.

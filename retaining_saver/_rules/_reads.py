@@ -19,7 +19,7 @@ from retaining_saver._rules._lineage import (
     Reason,
 )
 from retaining_saver._rules._policy import RetentionPolicy
-from retaining_saver._rules._runs import is_persistent, walk
+from retaining_saver._rules._runs import is_persistent, root_of, walk
 
 FORK_SOURCES = ("update", "fork")
 """Sources of checkpoints that a fork replays from their parent: LangGraph bounds its
@@ -39,6 +39,7 @@ class _AncestorReads:
     taken: set[NodeKey]
     on_line: set[NodeKey]
     materialise: dict[NodeKey, tuple[str, ...]]
+    namer_roots: set[NodeKey]
 
     def _walks(
         self,
@@ -83,10 +84,13 @@ class _AncestorReads:
         line: Sequence[NodeKey],
         removed: dict[NodeKey, Reason],
         rescued: dict[NodeKey, Protection],
+        *,
+        namers: bool = True,
     ) -> tuple[dict[NodeKey, Reason], dict[NodeKey, tuple[str, ...]]]:
         """`removed` without what the checkpoints kept read from above them (added to
         `rescued`), and the delta values to materialise instead. A parent kept for its
-        pre-v4 sends is kept whole, with what it reads in turn."""
+        pre-v4 sends is kept whole, with what it reads in turn. With `namers`, the last
+        checkpoint to name a DeltaChannel stays too (`_last_namers`)."""
         materialise: dict[NodeKey, tuple[str, ...]] = {}
         while True:
             if self.delta:
@@ -94,7 +98,8 @@ class _AncestorReads:
                 rescued.update(walked)
                 removed = {k: r for k, r in removed.items() if k not in walked}
             needed = self._sends_parents(removed) | self._replay_parents(removed)
-            needed = needed or self._last_namers(removed, materialise)
+            if namers and not needed:
+                needed = self._last_namers(removed, materialise)
             if not needed:
                 return removed, materialise
             rescued.update(needed)
@@ -131,6 +136,9 @@ class _AncestorReads:
             protection, key = Protection.DELTA_HISTORY, max(namers, default=None)
             while key is not None and key in removed:
                 needed[key] = protection
+                root = root_of(self.lineage.nodes[key])
+                if key[0] != ROOT_NAMESPACE and (ROOT_NAMESPACE, str(root)) in self.removed:
+                    self.namer_roots.add((ROOT_NAMESPACE, str(root)))
                 if key in self.on_line:
                     break  # the line's own stretches end in a root or a graft
                 parent_id = self.lineage.nodes[key].parent_id

@@ -115,3 +115,24 @@ def test_a_value_stored_whole_at_the_new_root_needs_no_namer() -> None:
     assert ("sub", namer) in {d_key(d) for d in once.deletions}
     after = carry_out(thread.nodes, once)
     assert not plan_retention(Lineage.of("thread", after.values()), policy, NOW).deletions
+
+
+def test_a_subgraph_namer_is_judged_on_what_the_root_plan_keeps() -> None:
+    """The only checkpoint naming `messages` is a task's subgraph checkpoint; the only one
+    that rebuilds `messages` is a root branch the pass removes. Judged before the root's
+    plan, the namer looked needed and kept its root checkpoint, which a second pass then
+    removed: judged on what the root's plan keeps, one pass removes both."""
+    thread = Thread()
+    top = thread.add(None, metadata=INPUT)
+    thread.add(top)
+    walker = thread.add(top, metadata=INPUT)
+    meta = {"parents": {"": top}, DELTA_METADATA_KEY: COUNT}
+    namer = thread.add(None, ns="task:0", bump=("task_state",), metadata=meta)
+    thread.add(top, metadata=INPUT)
+    for key in thread.nodes:
+        thread.change(key[1], ns=key[0], stored=frozenset({"messages"} if not key[0] else ()))
+    thread.change(walker, stored=frozenset())
+    once = plan_retention(thread.lineage(), HORIZON_0, NOW)
+    assert {("", top), ("task:0", namer)} <= {d_key(d) for d in once.deletions}
+    after = carry_out(thread.nodes, once)
+    assert not plan_retention(Lineage.of("thread", after.values()), HORIZON_0, NOW).deletions
