@@ -2,10 +2,18 @@
 reach the uncapped result. No I/O.
 
 A history unit (a stretch with its graft or root, and the subgraph checkpoints that go
-with it) that does not fit in what is left of the cap is not deferred whole: its newest
-part goes first. The kept checkpoint below the stretch is grafted onto the newest
-checkpoint of the stretch that stays, so every checkpoint still to go keeps its parent
-and loads as before, and the next pass finds a shorter stretch.
+with it) that does not fit in what is left of the cap is not deferred whole: a part of
+it goes first, either its newest part (the kept checkpoint below the stretch is grafted
+onto the newest checkpoint of the stretch that stays) or its oldest (the checkpoint
+after it becomes the line's new root), so every checkpoint still to go loads as before
+and the next pass finds a shorter stretch.
+
+Some pieces cannot be split: a root checkpoint with the subgraph checkpoints written
+under it, a checkpoint that owns writes with the removed checkpoints below it. A pass
+that could delete nothing within the cap deletes the smallest such piece whole, past
+the cap: the cap bounds a pass's work by `max(cap, one piece)`, a piece being one
+super-step's checkpoints, never the thread's length, and repeated capped passes always
+reach what one uncapped pass deletes.
 """
 
 from __future__ import annotations
@@ -18,13 +26,17 @@ from retaining_saver._rules._lineage import Deletion, HistoryUnit, NodeKey
 from retaining_saver._rules._runs import root_of
 
 
-def capped(history: _History, room: int | None) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
+def capped(
+    history: _History, room: int | None, *, may_pass_the_cap: bool = False
+) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
     """The history units that fit in `room` deletions, and the ones deferred.
 
     Whole units go first, in order; the first that does not fit gives the
     newest part of it that does (`newest_part`), and every later unit waits:
     a subgraph namespace's units follow the root's, and must not go while the
-    root checkpoints they belong to stay.
+    root checkpoints they belong to stay. With `may_pass_the_cap` (the pass
+    deletes nothing else and its cap is not 0, which only plans), a first unit
+    of which no part fits gives its smallest piece whole.
     """
     if room is None:
         return list(history.units), []
@@ -35,16 +47,23 @@ def capped(history: _History, room: int | None) -> tuple[list[HistoryUnit], list
             room -= len(unit.deletions)
             continue
         part = newest_part(history, unit, room)
+        if part is None and not taken and may_pass_the_cap:
+            # Nothing fits: the smallest piece that keeps every promise goes, past the
+            # cap, so that repeated passes still converge (see the module's docstring).
+            part = newest_part(history, unit, room, past_the_cap=True) or unit
         done = set() if part is None else {_key(d) for d in part.deletions}
         rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
         return [*taken, *([part] if part else [])], [rest, *history.units[index + 1 :]]
     return taken, []
 
 
-def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit | None:
+def newest_part(
+    history: _History, unit: HistoryUnit, room: int, *, past_the_cap: bool = False
+) -> HistoryUnit | None:
     """The largest prefix of `unit`'s deletions in its lead namespace (the root's, if it
     has any), with the subgraph checkpoints written under them, that fits in `room` and
-    leaves every checkpoint still to go on its parent; None if none does.
+    leaves every checkpoint still to go on its parent; None if none does. With
+    `past_the_cap`, the smallest such prefix, whatever its size.
 
     A unit's deletions run children first, so such a prefix holds the branches of
     its stretch, then the stretch's newest checkpoints.
@@ -52,24 +71,44 @@ def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit 
     keys = [_key(d) for d in unit.deletions]
     lead = ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
     order = [k for k in keys if k[0] == lead]
-    for size in range(min(room, len(order)), 0, -1):
+    sizes = range(1, len(order) + 1) if past_the_cap else range(min(room, len(order)), 0, -1)
+    for size in sizes:
         chosen = set(order[:size])
         if lead == ROOT_NAMESPACE:
             roots = {cid for _, cid in chosen}
             chosen |= {
                 k for k in keys if k[0] != lead and root_of(history.lineage.nodes[k]) in roots
             }
-        if len(chosen) <= room and _leaves_parents(history, keys, chosen):
+        if past_the_cap or len(chosen) <= room:
             part = _replanned(history, chosen)
-            if part is not None and not _bares_writes(history, keys, chosen, part):
+            if (
+                part is not None
+                and _leaves_parents(history, keys, chosen, part)
+                and not _bares_writes(history, keys, chosen, part)
+            ):
                 return part
     return None
 
 
-def _leaves_parents(history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey]) -> bool:
-    """Whether every checkpoint of `keys` left for later keeps its parent."""
+def _leaves_parents(
+    history: _History, keys: Sequence[NodeKey], chosen: set[NodeKey], part: HistoryUnit
+) -> bool:
+    """Whether every checkpoint of `keys` left for later keeps its parent, or is made a
+    root or grafted by `part` (the oldest part of a stretch goes first: its successor
+    becomes the line's new root) and reads nothing from what goes: it stores every
+    delta channel it has, and no pre-v4 sends are read from its parent's writes."""
     nodes = history.lineage.nodes
-    return all((k[0], nodes[k].parent_id) not in chosen for k in keys if k not in chosen)
+    moved = {(g.checkpoint_ns, g.child_id) for g in part.grafts}
+    moved |= {(r.checkpoint_ns, r.checkpoint_id) for r in part.roots}
+    for key in keys:
+        parent = (key[0], str(nodes[key].parent_id))
+        if key in chosen or parent not in chosen:
+            continue
+        node = nodes[key]
+        pre_v4 = node.format_version is not None and node.format_version < 4
+        if key not in moved or history._unstored(node) or (pre_v4 and nodes[parent].write_count):
+            return False
+    return True
 
 
 def _bares_writes(

@@ -67,6 +67,7 @@ class _History(_AncestorReads):
         taken: set[NodeKey],
         referenced: set[NodeKey],
         newest_missing: Mapping[str, str],
+        namer_roots: frozenset[NodeKey] = frozenset(),
     ) -> None:
         self.lineage, self.policy, self.now = lineage, policy, now
         self.children = children
@@ -96,6 +97,10 @@ class _History(_AncestorReads):
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
         # keep_latest none are, as upstream's prune keeps none.
         self.named_parents: set[NodeKey] = set() if self.policy.keep_latest else set(referenced)
+        # Root checkpoints of subgraph checkpoints kept as a DeltaChannel's last namer:
+        # given (the planner's last round), and found (this round's, to plan again).
+        self.given_namer_roots = namer_roots
+        self.namer_roots: set[NodeKey] = set()
         if self.policy.history_rules:
             self._plan_all()
 
@@ -123,7 +128,7 @@ class _History(_AncestorReads):
             for ns in sorted(subgraphs)
             for key in (self._sticky(ns, heads[ns]) if ns in rooted else self._in_ns(ns))
             for parent in parents_named(self.lineage.nodes[key])
-        }
+        } | self.given_namer_roots
         if ROOT_NAMESPACE in heads:
             self._plan(heads[ROOT_NAMESPACE], self._by_runs)
         kept_roots = (k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE)
@@ -191,7 +196,9 @@ class _History(_AncestorReads):
         if is_persistent(ns):
             rescued[head] = Protection.HEAD
         removed = {k: r for k, r in everything.items() if k not in rescued}
-        removed, _ = self._keep_reads([], removed, rescued)
+        # Whether a checkpoint here is a DeltaChannel's last namer depends on what the
+        # root's plan keeps: judged when this namespace is planned (`namer_roots`).
+        removed, _ = self._keep_reads([], removed, rescued, namers=False)
         return self.ns_scope - removed.keys()
 
     # Planning one namespace

@@ -62,16 +62,25 @@ class _Planner:
     def plan(self) -> Plan:
         units = self._stamp_stacks()
         self._protect_chains(set(_flatten(units)))
-        history = _History(
-            self.lineage,
-            self.policy,
-            self.now,
-            children=self.children,
-            kept=self.kept,
-            taken=set(_flatten(units)),
-            referenced=self.referenced,
-            newest_missing=self.newest_missing,
-        )
+        # A subgraph checkpoint kept as the last to name a DeltaChannel keeps the root
+        # checkpoint it was written under; which root checkpoints go is known only once
+        # planned: plan again with those kept until none more is needed.
+        namer_roots: frozenset[NodeKey] = frozenset()
+        while True:
+            history = _History(
+                self.lineage,
+                self.policy,
+                self.now,
+                children=self.children,
+                kept=self.kept,
+                taken=set(_flatten(units)),
+                referenced=self.referenced,
+                newest_missing=self.newest_missing,
+                namer_roots=namer_roots,
+            )
+            if history.namer_roots <= namer_roots:
+                break
+            namer_roots |= history.namer_roots
         self.kept, self.history_scope = history.kept, history.scope
         links = self._links()
         # A link may also parent a superseded subtree, which must go first.
@@ -80,7 +89,11 @@ class _Planner:
         units += links
         deletions, deferred = _cap(units, self.policy.max_delete_per_run)
         # History units come last: their stretches parent no other rule's deletions.
-        taken_units, deferred_units = capped(history, self._room_left(len(deletions)))
+        taken_units, deferred_units = capped(
+            history,
+            self._room_left(len(deletions)),
+            may_pass_the_cap=not deletions and bool(self.policy.max_delete_per_run),
+        )
         deletions += [d for unit in taken_units for d in unit.deletions]
         deferred += [d for unit in deferred_units for d in unit.deletions]
         for deletion in deferred:

@@ -19,7 +19,7 @@ from retaining_saver._rules._lineage import (
     Reason,
 )
 from retaining_saver._rules._policy import RetentionPolicy
-from retaining_saver._rules._runs import is_persistent, walk
+from retaining_saver._rules._runs import is_persistent, root_of, walk
 
 FORK_SOURCES = ("update", "fork")
 """Sources of checkpoints that a fork replays from their parent: LangGraph bounds its
@@ -37,6 +37,9 @@ class _AncestorReads:
     replays_memory: bool
     removed: set[NodeKey]
     taken: set[NodeKey]
+    on_line: set[NodeKey]
+    materialise: dict[NodeKey, tuple[str, ...]]
+    namer_roots: set[NodeKey]
 
     def _walks(
         self,
@@ -81,10 +84,13 @@ class _AncestorReads:
         line: Sequence[NodeKey],
         removed: dict[NodeKey, Reason],
         rescued: dict[NodeKey, Protection],
+        *,
+        namers: bool = True,
     ) -> tuple[dict[NodeKey, Reason], dict[NodeKey, tuple[str, ...]]]:
         """`removed` without what the checkpoints kept read from above them (added to
         `rescued`), and the delta values to materialise instead. A parent kept for its
-        pre-v4 sends is kept whole, with what it reads in turn."""
+        pre-v4 sends is kept whole, with what it reads in turn. With `namers`, the last
+        checkpoint to name a DeltaChannel stays too (`_last_namers`)."""
         materialise: dict[NodeKey, tuple[str, ...]] = {}
         while True:
             if self.delta:
@@ -92,33 +98,49 @@ class _AncestorReads:
                 rescued.update(walked)
                 removed = {k: r for k, r in removed.items() if k not in walked}
             needed = self._sends_parents(removed) | self._replay_parents(removed)
-            needed = needed or self._last_namers(removed)
+            if namers and not needed:
+                needed = self._last_namers(removed, materialise)
             if not needed:
                 return removed, materialise
             rescued.update(needed)
             removed = {k: r for k, r in removed.items() if k not in needed}
 
-    def _last_namers(self, removed: Mapping[NodeKey, Any]) -> dict[NodeKey, Protection]:
+    def _last_namers(
+        self, removed: Mapping[NodeKey, Any], materialise: Mapping[NodeKey, tuple[str, ...]]
+    ) -> dict[NodeKey, Protection]:
         """For a delta channel that only checkpoints in `removed` name, while one that
-        stays does not store it: the newest of them, with what of `removed` is above it.
+        stays does not store it: the newest of them, with what of `removed` is above it
+        up to the line being planned (as every protection keeps its ancestors).
 
         The walks are told from the channels the thread's metadata names (LangGraph
         names them at each checkpoint that does not store them): were none left to
         name one, the next pass would judge the walks through what stays as none,
-        and remove what they read.
+        and remove what they read. A value the pass stores whole (`materialise`, or
+        the root namespace's, planned before) is stored: no walk reads through it.
         """
         needed: dict[NodeKey, Protection] = {}
         gone = removed.keys() | self.removed | self.taken
-        stays = [n for k, n in self.lineage.nodes.items() if k not in gone]
+        stays = {k: n for k, n in self.lineage.nodes.items() if k not in gone}
+
+        def walks(key: NodeKey, node: CheckpointNode, channel: str) -> bool:
+            whole = (*materialise.get(key, ()), *self.materialise.get(key, ()))
+            stored = {*(node.stored or ()), *whole}
+            return channel in node.channel_versions and channel not in stored
+
         for channel in sorted(self.delta):
-            if any(_names(n, channel) for n in stays) or not any(
-                channel in n.channel_versions and channel not in (n.stored or ()) for n in stays
+            if any(_names(n, channel) for n in stays.values()) or not any(
+                walks(k, n, channel) for k, n in stays.items()
             ):
                 continue
             namers = [k for k in removed if _names(self.lineage.nodes[k], channel)]
             protection, key = Protection.DELTA_HISTORY, max(namers, default=None)
             while key is not None and key in removed:
                 needed[key] = protection
+                root = root_of(self.lineage.nodes[key])
+                if key[0] != ROOT_NAMESPACE and (ROOT_NAMESPACE, str(root)) in self.removed:
+                    self.namer_roots.add((ROOT_NAMESPACE, str(root)))
+                if key in self.on_line:
+                    break  # the line's own stretches end in a root or a graft
                 parent_id = self.lineage.nodes[key].parent_id
                 protection, key = Protection.ANCESTOR, (key[0], str(parent_id))
         return needed

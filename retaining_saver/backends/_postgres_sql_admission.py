@@ -46,6 +46,7 @@ WITH leaf AS (
         -- check: still-a-clone
         AND c.checkpoint -> 'channel_versions' = p.checkpoint -> 'channel_versions'
         AND c.checkpoint -> 'versions_seen' = p.checkpoint -> 'versions_seen'
+        AND c.checkpoint -> 'v' IS NOT DISTINCT FROM p.checkpoint -> 'v'
         AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
@@ -136,6 +137,7 @@ WITH leaf AS (
         -- check: still-a-clone
         AND c.checkpoint -> 'channel_versions' = p.checkpoint -> 'channel_versions'
         AND c.checkpoint -> 'versions_seen' = p.checkpoint -> 'versions_seen'
+        AND c.checkpoint -> 'v' IS NOT DISTINCT FROM p.checkpoint -> 'v'
         AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s

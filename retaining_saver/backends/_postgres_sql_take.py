@@ -52,6 +52,7 @@ WITH parent AS (
         AND c.metadata = %(metadata)s -- check: marked (the metadata judged)
         AND p.checkpoint -> 'channel_versions' = %(channel_versions)s -- check: still-a-clone
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND c.checkpoint -> 'v' IS NOT DISTINCT FROM p.checkpoint -> 'v'
         AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
@@ -132,6 +133,7 @@ WITH parent AS (
         AND c.metadata = %(metadata)s -- check: marked (the metadata judged)
         AND p.checkpoint -> 'channel_versions' = %(channel_versions)s -- check: still-a-clone
         AND p.checkpoint -> 'versions_seen' = %(versions_seen)s
+        AND c.checkpoint -> 'v' IS NOT DISTINCT FROM p.checkpoint -> 'v'
         AND NOT EXISTS ( -- check: no-pending-writes
             SELECT 1 FROM checkpoint_writes AS w
             WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s

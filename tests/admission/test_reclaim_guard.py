@@ -95,6 +95,12 @@ def _rewritten(of: CheckpointTuple, key: str) -> dict[str, Any]:
     return checkpoint
 
 
+def _change_parent_format(inner: Any, backend: Backend, leaf: Any, parent: Any) -> None:
+    # Below format 4 a checkpoint reads its pending sends from its parent's writes: a
+    # leaf of another format than its parent's is no clone of it.
+    inner.put(parent.parent_config, {**parent.checkpoint, "v": 3}, parent.metadata, {})
+
+
 def _change_parent_history(inner: Any, backend: Backend, leaf: Any, parent: Any) -> None:
     inner.put(parent.parent_config, _rewritten(parent, "versions_seen"), parent.metadata, {})
 
@@ -136,6 +142,7 @@ BREAKING: dict[str, Mutation] = {
     "newer-sibling": _add_newer_sibling,
     "parent-changed": _change_parent,
     "parent-history-changed": _change_parent_history,
+    "parent-format-changed": _change_parent_format,
     "leaf-versions-changed": _change_leaf_versions,
     "leaf-history-changed": _change_leaf_history,
     "leaf-reparented": _reparent_leaf,
