@@ -11,7 +11,8 @@ without deserialising anything.
 
 Each operation runs in one `connection.transaction()` on a cursor from the
 saver's own `_cursor()` (so under its lock, and on a pooled connection when it
-has a pool), the way the saver's `prune` runs. Statements are prepared as the
+has a pool), the way the saver's `prune` runs; a WRITE transaction of ours commits without
+waiting for the WAL flush (`ASYNC_COMMIT_SQL`). Statements are prepared as the
 connection's `prepare_threshold` says, as the saver's own are.
 The default READ COMMITTED isolation applies: a precondition is re-checked
 inside the transaction, but a checkpoint another connection commits after
@@ -53,6 +54,7 @@ from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_sav
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
+    ASYNC_COMMIT_SQL,
     COPY_BLOBS_SQL,
     COPY_CHECKPOINTS_SQL,
     COPY_RECLAIMED_SQL,
@@ -192,6 +194,8 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             with nullcontext() if each else cur.connection.transaction():
+                if mode is Mode.WRITE and cur.connection.autocommit:
+                    cur.execute(ASYNC_COMMIT_SQL)
                 yield cur
 
     @asynccontextmanager
@@ -203,6 +207,8 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 await saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             async with nullcontext() if each else cur.connection.transaction():
+                if mode is Mode.WRITE and cur.connection.autocommit:
+                    await cur.execute(ASYNC_COMMIT_SQL)
                 yield cur
 
     def _ready(self, op: Op[T], mode: Mode) -> Op[T]:
