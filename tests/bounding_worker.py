@@ -1,9 +1,10 @@
 """Subprocess entry point for tests/reliability/test_bounding_processes.py: chat turns on one
 Postgres thread through `RetainingSaver(inner, retention=...)`, each run after a reservation.
 
-Run as `python tests/bounding_worker.py DSN THREAD_ID WORKER TURNS KEEP_RUNS AT`:
+Run as `python tests/bounding_worker.py DSN THREAD_ID WORKER TURNS KEEP_RUNS`:
 WORKER names this process's turns (turn `WORKER * 1000 + i`), KEEP_RUNS is the
-policy's `history_keep_runs`, AT the wall-clock time both processes start at.
+policy's `history_keep_runs`. The coordinator holds the reservation until both
+processes wait for it, so that their runs interleave from the first.
 
 The reservation is the deployment requirement's: before each run the worker
 wins the thread with a Postgres advisory lock on a connection of its own,
@@ -36,7 +37,7 @@ from retaining_saver.testing.graphs import chat_graph, thread, turn
 RESERVATION_KEY = 21  # the advisory lock that reserves the test's one thread
 
 
-async def main(dsn: str, thread_id: str, worker: int, turns: int, keep: int, at: float) -> None:
+async def main(dsn: str, thread_id: str, worker: int, turns: int, keep: int) -> None:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     captured = BufferingHandler(10_000)  # flushed (emptied) only at that many
@@ -51,7 +52,6 @@ async def main(dsn: str, thread_id: str, worker: int, turns: int, keep: int, at:
     ):
         saver = RetainingSaver(inner, retention=policy)
         graph = chat_graph(saver)
-        await asyncio.sleep(max(0.0, at - time.time()))
         try:
             for i in range(turns):
                 label = worker * 1000 + i
@@ -62,7 +62,6 @@ async def main(dsn: str, thread_id: str, worker: int, turns: int, keep: int, at:
                 finally:
                     await reservations.execute("SELECT pg_advisory_unlock(%s)", (RESERVATION_KEY,))
                 done.append({"turn": label, "won": won})
-                await asyncio.sleep(0)  # let the other process win the thread now and then
         except Exception as failure:  # reported, and failed on, by the coordinator
             error = repr(failure)
         counters = dataclasses.asdict(saver.counters)
@@ -72,5 +71,5 @@ async def main(dsn: str, thread_id: str, worker: int, turns: int, keep: int, at:
 
 
 if __name__ == "__main__":
-    dsn, thread_id, worker, turns, keep, at = sys.argv[1:7]
-    asyncio.run(main(dsn, thread_id, int(worker), int(turns), int(keep), float(at)))
+    dsn, thread_id, worker, turns, keep = sys.argv[1:6]
+    asyncio.run(main(dsn, thread_id, int(worker), int(turns), int(keep)))

@@ -135,6 +135,12 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
+def _committing_async(op: Op[T]) -> Op[T]:
+    """`op` in a transaction whose commit does not wait for the WAL flush."""
+    yield Statement(ASYNC_COMMIT_SQL, prepare=False)
+    return (yield from op)
+
+
 class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThreads):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
@@ -163,7 +169,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, None, lambda: self.arun(op, mode))
         with self._transaction(mode) as cur:
-            return drive_statements(self._ready(op, mode), partial(_execute, cur))
+            return drive_statements(self._ready(op, mode, cur), partial(_execute, cur))
 
     async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread.
@@ -176,7 +182,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             return await asyncio.to_thread(self.run, op, mode)
         async with self._atransaction(mode) as cur:
             try:
-                statement = next(op := self._ready(op, mode))
+                statement = next(op := self._ready(op, mode, cur))
                 while True:
                     statement = op.send(await _aexecute(cur, statement))
             except StopIteration as done:
@@ -194,8 +200,6 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             with nullcontext() if each else cur.connection.transaction():
-                if mode is Mode.WRITE and cur.connection.autocommit:
-                    cur.execute(ASYNC_COMMIT_SQL)
                 yield cur
 
     @asynccontextmanager
@@ -207,13 +211,14 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 await saver.pipe.sync()
             each = mode is not Mode.WRITE and cur.connection.autocommit
             async with nullcontext() if each else cur.connection.transaction():
-                if mode is Mode.WRITE and cur.connection.autocommit:
-                    await cur.execute(ASYNC_COMMIT_SQL)
                 yield cur
 
-    def _ready(self, op: Op[T], mode: Mode) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' table; a
-        read creates nothing."""
+    def _ready(self, op: Op[T], mode: Mode, cur: Cursor[DictRow] | AsyncCursor[DictRow]) -> Op[T]:
+        """`op`, preceded on this backend's first write by the reclaim records' table (a
+        read creates nothing), and in a WRITE transaction of ours (on an autocommit
+        connection, not inside a caller's) by `ASYNC_COMMIT_SQL`."""
+        if mode is Mode.WRITE and cur.connection.autocommit:
+            op = _committing_async(op)
         if mode is Mode.READ or self.reclaimed_table_ready:
             return op
         return self._creating_table(op)

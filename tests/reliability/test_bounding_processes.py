@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bounding_kit import runs_on_head_line
+from bounding_worker import RESERVATION_KEY
+from psycopg import AsyncConnection
 from savers import open_async_at
 
 from retaining_saver._bounding import slack_runs
@@ -37,14 +39,17 @@ KEEP_RUNS = 2
 KEPT, TWIN = "kept", "twin"
 WORKER = Path(__file__).parents[1] / "bounding_worker.py"
 REPO = WORKER.parent.parent
-LEAD_SECONDS = 3.0  # how far ahead the common start is set: both processes import first
 TIMEOUT = 120.0
+# Both workers wait on the reservation: a lock request not granted yet, on its key.
+WAITING_SQL = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s"
+)
 
 
-async def _worker(dsn: str, worker: int, at: float, stderr: Path) -> dict[str, Any]:
+async def _worker(dsn: str, worker: int, stderr: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    args = [dsn, KEPT, str(worker), str(TURNS), str(KEEP_RUNS), str(at)]
+    args = [dsn, KEPT, str(worker), str(TURNS), str(KEEP_RUNS)]
     with stderr.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(WORKER), *args, stdout=asyncio.subprocess.PIPE, stderr=err, env=env
@@ -57,10 +62,20 @@ async def _worker(dsn: str, worker: int, at: float, stderr: Path) -> dict[str, A
 
 async def test_two_processes_bound_one_postgres_thread(pg_dsn: str, tmp_path: Path) -> None:
     async with open_async_at("postgres", pg_dsn) as bare:
-        at = time.time() + LEAD_SECONDS
-        replies = await asyncio.gather(
-            *(_worker(pg_dsn, n, at, tmp_path / f"worker-{n}.stderr") for n in range(PROCESSES))
-        )
+        async with await AsyncConnection.connect(pg_dsn, autocommit=True) as held:
+            # The coordinator holds the reservation until both workers wait for it.
+            await held.execute("SELECT pg_advisory_lock(%s)", (RESERVATION_KEY,))
+            workers = asyncio.gather(
+                *(_worker(pg_dsn, n, tmp_path / f"worker-{n}.stderr") for n in range(PROCESSES))
+            )
+            deadline = time.monotonic() + TIMEOUT
+            while (await (await held.execute(WAITING_SQL, (RESERVATION_KEY,))).fetchone()) != (
+                PROCESSES,
+            ):
+                assert time.monotonic() < deadline and not workers.done(), "workers never waited"
+                await asyncio.sleep(0.05)
+            await held.execute("SELECT pg_advisory_unlock(%s)", (RESERVATION_KEY,))
+            replies = await workers
         assert [reply["error"] for reply in replies] == [None] * PROCESSES
         assert [reply["logs"] for reply in replies] == [[]] * PROCESSES
         counters = [reply["counters"] for reply in replies]
@@ -68,7 +83,8 @@ async def test_two_processes_bound_one_postgres_thread(pg_dsn: str, tmp_path: Pa
         assert all(c["history_reclaimed"] > 0 for c in counters), counters
         done = sorted((t for reply in replies for t in reply["turns"]), key=lambda t: t["won"])
         assert len(done) == PROCESSES * TURNS
-        # The runs interleaved: the thread changed hands between the processes.
+        # The runs interleaved: the thread changed hands between the processes (the
+        # reservation's waiters are served in turn).
         owners = [t["turn"] // 1000 for t in done]
         switches = sum(a != b for a, b in itertools.pairwise(owners))
         assert switches >= TURNS // 2, owners
