@@ -20,6 +20,10 @@ printed for context only; they say nothing across machines or runs.
 (iii) cleanup (`aadmit` reclaiming one leaf) on a 10,000-checkpoint thread vs
       a 10-checkpoint one, raw, and divided by the bare read at each size
       (bare reads are not flat on every backend). Goal <= 1.2x.
+(iv)  the admission read itself (`aget_tuple` of a run, as in (i)) on the
+      10,000-checkpoint thread vs the 10-checkpoint one (goal <= 1.2x), and at
+      10 vs the bare read (goal <= 1.05x): once with a run checkpoint at the head,
+      once with a fresh leaf to take written before each repetition (untimed).
 
 Nothing is asserted: the goals are printed next to the figures.
 """
@@ -395,6 +399,38 @@ async def bench_backend(kind: str, reps: int, directory: str) -> list[Figure]:
                 [a / r for a, r in zip(small, read_small, strict=True)],
                 1.2,
                 unit="x",
+            ),
+        ]
+        figures += await flat_reads(kind, saver, reps, two_leaves)
+    return figures
+
+
+async def flat_reads(
+    kind: str, saver: RetainingSaver, reps: int, two_leaves: Callable[[], Awaitable[None]]
+) -> list[Figure]:
+    """(iv): the admission read (`aget_tuple` of a run) on the 10,000-checkpoint thread vs
+    the 10-checkpoint one, and vs the bare read at 10: the head a run checkpoint, then a
+    fresh leaf to take before each repetition."""
+    inner, figures = saver.inner, []
+    for shape, before in (("nothing to take", None), ("a leaf to take", two_leaves)):
+        times = await side_by_side(
+            reps,
+            {
+                "small": lambda: saver.aget_tuple(run_config("small")),
+                "big": lambda: saver.aget_tuple(run_config("big")),
+                "read small": lambda: inner.aget_tuple(_common.root("small")),
+            },
+            before=before,
+        )
+        big, small = times["big"], times["small"]
+        figures += [
+            figure(kind, f"(iv) admission read 10k / 10, {shape}", big, small, 1.2),
+            figure(
+                kind,
+                f"(iv) admission read / bare read at 10, {shape}",
+                times["small"],
+                times["read small"],
+                1.05,
             ),
         ]
     return figures

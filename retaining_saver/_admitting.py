@@ -20,7 +20,7 @@ from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._effects import Flow, Lookup
 from retaining_saver._reclaimed import ReclaimedIds
-from retaining_saver._rules import MarkerShape, RetentionPolicy, Skip
+from retaining_saver._rules import MarkerShape, NodeKey, RetentionPolicy, Skip
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
 
@@ -38,7 +38,9 @@ class AdmittingMixin:
     _one_round: MarkerShape | None
 
     _history_read: Callable[[RunnableConfig, Admitted], Flow[Admitted]]
-    _bound_history: Callable[[RunnableConfig, AdmissionResult], Flow[tuple[AdmissionResult, bool]]]
+    _bound_history: Callable[
+        [RunnableConfig, AdmissionResult], Flow[tuple[AdmissionResult, frozenset[NodeKey]]]
+    ]
 
     def _admission_read(
         self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None

@@ -11,14 +11,20 @@ transaction. What differs from `enforce_thread_retention`:
   when the policy leaves it None, so that no run waits for a large cleanup
   (a legacy thread converges over successive runs);
 - the ids the run addresses (`checkpoint_id`, `checkpoint_map`) are protected;
-- it is skipped, without a read, while the thread cannot have crossed its
-  horizon: after a pass that left the head line `k` runs, the next `N - k`
-  admissions of this process add at most one run each (`Rooms`);
+- it is amortised: skipped, without a read, while the thread cannot hold more
+  than `N + slack_runs(N)` runs (`N // 2`; none for N of 0 or 1). After a pass
+  that left the head line `k` runs, the next `N + slack - k` admissions of this
+  process add at most one run each (`Rooms`); then a pass deletes every run
+  beyond the newest N in one transaction. So a thread at the horizon holds
+  between N and N + slack runs (and the one just admitted), and one admission
+  in `slack + 1` runs a pass. Until a thread first crosses the horizon there
+  is no slack: its first pass comes at N + 1 runs;
 - a failure never fails the run: it is logged once and counted.
 
 The pass runs before the run's first read returns (inline, bounded by the cap),
-so the run reads a thread the pass is done with, and the head it reads is read
-again when the pass changed the thread.
+so the run reads a thread the pass is done with. Deleting older runs leaves
+what the head reads unchanged, so the head is read again only when the pass
+changed its own row (made it a root, re-parented it, stored its values whole).
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ from retaining_saver.backends._base import Backend
 RETENTION_MAX_DELETE = 64
 """Deletions one admission's history pass may make when the `retention` policy's
 `max_delete_per_run` is None: about a dozen runs of a small graph."""
+
+SLACK_DIVISOR = 2
+"""A thread at the horizon of `N` runs may grow `N // SLACK_DIVISOR` runs more before an
+admission runs the pass again (`slack_runs`), which then deletes them all in one
+transaction: most admissions at the horizon skip it, without a read."""
 
 ROOMS_TRACKED = 10_000
 """Threads whose room under the horizon this process remembers (least recent go)."""
@@ -115,8 +126,8 @@ class Rooms:
     """Per thread, whether an admission may skip the history pass, without a read.
 
     After a pass that left the root head line `k` runs under a horizon of `N`,
-    `N - k` more admissions may: each adds at most one run (a run without new
-    input adds none). An admission that finds the head it found last time
+    `N + slack_runs(N) - k` more admissions may: each adds at most one run (a run
+    without new input adds none). An admission that finds the head it found last time
     (nothing written since) may too. A thread it does not know (first seen,
     or forgotten) is due, and so is every admission after a pass that left
     work for later (`UNSETTLED`). Runs another process adds are not counted
@@ -153,6 +164,12 @@ class Rooms:
             self._rooms.pop(thread_id)
 
 
+def slack_runs(horizon: int) -> int:
+    """How many runs beyond a horizon of `horizon` runs a thread may hold before the next
+    pass: half of it, rounded down (none under a horizon of 0 or 1 run)."""
+    return horizon // SLACK_DIVISOR
+
+
 def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[CheckpointNode]]:
     """The runs of the root namespace's line ending at `head_id`, oldest first."""
     line = []
@@ -164,8 +181,8 @@ def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[Checkpoin
 
 
 def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionPolicy) -> int:
-    """How many admissions that add a run may skip the pass after this one (see
-    `Rooms`); `UNSETTLED` if the pass may have left work for later: deferred or
+    """How many admissions that add a run may skip the pass after this one, the slack
+    included (see `Rooms`); `UNSETTLED` if the pass may have left work for later: deferred or
     dropped deletions, checkpoints kept only while they are young, or more runs
     than the horizon."""
     horizon = policy.history_keep_runs
@@ -177,7 +194,7 @@ def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionP
     runs = head_line_runs(lineage, plan.heads.get(""))
     kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
     # More runs than the horizon: a capped pass left the rest, or kept runs.
-    return horizon - kept if kept <= horizon else UNSETTLED
+    return horizon + slack_runs(horizon) - kept if kept <= horizon else UNSETTLED
 
 
 class BoundingMixin:
@@ -205,10 +222,12 @@ class BoundingMixin:
 
     def _history_read(self, config: RunnableConfig, admitted: Admitted) -> Flow[Admitted]:
         """The history pass after the stamps, if due; the run's head, read again if the
-        pass changed the thread."""
+        pass changed its row (its parent, or its values stored whole): deleting older
+        runs leaves what the head reads unchanged."""
         result, found = admitted
         result, changed = yield from self._bound_history(config, result)
-        if changed:
+        ns = config.get("configurable", {}).get("checkpoint_ns", "")
+        if (ns, result.head_id) in changed:
             found = yield Lookup(config)
         return result, (yield from self._settle(found, config))
 
@@ -225,21 +244,22 @@ class BoundingMixin:
 
     def _bound_history(
         self, config: RunnableConfig, result: AdmissionResult
-    ) -> Flow[tuple[AdmissionResult, bool]]:
-        """`result` with what the history pass deleted, if one was due, and whether it
-        changed the thread.
+    ) -> Flow[tuple[AdmissionResult, frozenset[NodeKey]]]:
+        """`result` with what the history pass deleted, if one was due, and the checkpoints
+        whose rows it changed (deleted, re-parented, made roots, or given whole values).
 
         Run under the thread's lock, after the stamps. Never raises.
         """
         policy, backend, thread_id = self.retention, self._backend, result.thread_id
         if policy is None or backend is None or self._accounts.waiting():
-            return result, False
+            return result, frozenset()
         if not self._rooms.due(thread_id, result.head_id):
             self._accounts.count("history_skipped")
-            return result, False
+            return result, frozenset()
         if result.skipped is Skip.EMPTY_THREAD:
+            # No slack yet: the first pass comes as soon as the thread crosses the horizon.
             self._rooms.left(thread_id, policy.history_keep_runs or 0, None)
-            return result, False
+            return result, frozenset()
         protected = _run_reads.run_selectors(config)
         if protected:
             merged = policy.protect_checkpoint_ids | protected
@@ -261,13 +281,12 @@ class BoundingMixin:
                 thread_id,
                 error,
             )
-            return result, False
+            return result, frozenset()
         if keeps_delta_walks(plan, policy):
             self._accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
         self._rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
         deleted = self._remember_history_deletions(thread_id, applied)
-        changed = bool(deleted or applied.grafted or applied.rooted or applied.materialised)
-        return dataclasses.replace(result, history_reclaimed=deleted), changed
+        return dataclasses.replace(result, history_reclaimed=deleted), _changed_rows(applied)
 
     def _remember_history_deletions(self, thread_id: str, applied: Applied) -> tuple[NodeKey, ...]:
         """Under the thread's lock: each deleted clone's id names what it cloned, and no
@@ -279,3 +298,15 @@ class BoundingMixin:
             if self._stamps is not None and not deletion.checkpoint_ns:
                 self._stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
+
+
+def _changed_rows(applied: Applied) -> frozenset[NodeKey]:
+    """The checkpoints whose rows carrying out a plan changed or deleted."""
+    return frozenset(
+        (
+            *((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted),
+            *((g.checkpoint_ns, g.child_id) for g in applied.grafted),
+            *((r.checkpoint_ns, r.checkpoint_id) for r in applied.rooted),
+            *applied.materialised,
+        )
+    )

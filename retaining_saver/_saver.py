@@ -120,9 +120,9 @@ class RetainingSaver(
         retention: History rules applied to each thread as its runs are
             admitted, after the stamps: a `RetentionPolicy` with
             `history_keep_runs`, `compact_steps` or `keep_latest` (and the
-            `history_min_age` they require). Each admission deletes at most its
-            `max_delete_per_run` (None: `RETENTION_MAX_DELETE`, 64); see
-            `_bounding`. None (the default) keeps all history.
+            `history_min_age` they require). A thread at N runs may grow N // 2
+            more before a pass deletes them, at most `max_delete_per_run` (None:
+            64) an admission; see `_bounding`. None keeps all history.
 
     Attributes:
         inner, policy, retention, strict, admission, history_caches,

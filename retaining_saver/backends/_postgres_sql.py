@@ -74,6 +74,12 @@ WHERE c.thread_id = %s AND c.checkpoint_ns = %s
 ORDER BY c.checkpoint_id DESC LIMIT 1
 """
 
+# Run first in each WRITE transaction of ours (not in a caller's): its commit does not
+# wait for the WAL flush. Every such transaction takes the thread from one valid state
+# to another, so losing the newest in a crash leaves a valid state (the deletions are
+# simply not done), and a later commit that does wait flushes it too.
+ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
+
 # Each reclaimed duplicate's id and the clone it resolves to; written in the
 # deleting statement or transaction. Created before this backend's first
 # write (and by `create_indexes`); a read never creates it.

@@ -11,7 +11,8 @@ without deserialising anything.
 
 Each operation runs in one `connection.transaction()` on a cursor from the
 saver's own `_cursor()` (so under its lock, and on a pooled connection when it
-has a pool), the way the saver's `prune` runs. Statements are prepared as the
+has a pool), the way the saver's `prune` runs; a WRITE transaction of ours commits without
+waiting for the WAL flush (`ASYNC_COMMIT_SQL`). Statements are prepared as the
 connection's `prepare_threshold` says, as the saver's own are.
 The default READ COMMITTED isolation applies: a precondition is re-checked
 inside the transaction, but a checkpoint another connection commits after
@@ -53,6 +54,7 @@ from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_sav
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
+    ASYNC_COMMIT_SQL,
     COPY_BLOBS_SQL,
     COPY_CHECKPOINTS_SQL,
     COPY_RECLAIMED_SQL,
@@ -138,6 +140,12 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
+def _committing_async(op: Op[T]) -> Op[T]:
+    """`op` in a transaction whose commit does not wait for the WAL flush."""
+    yield Statement(ASYNC_COMMIT_SQL, prepare=False)
+    return (yield from op)
+
+
 class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThreads):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
@@ -166,7 +174,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, None, lambda: self.arun(op, mode))
         with self._transaction(mode) as cur:
-            return drive_statements(self._ready(op, mode), partial(_execute, cur))
+            return drive_statements(self._ready(op, mode, cur), partial(_execute, cur))
 
     async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread.
@@ -179,7 +187,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             return await asyncio.to_thread(self.run, op, mode)
         async with self._atransaction(mode) as cur:
             try:
-                statement = next(op := self._ready(op, mode))
+                statement = next(op := self._ready(op, mode, cur))
                 while True:
                     statement = op.send(await _aexecute(cur, statement))
             except StopIteration as done:
@@ -210,9 +218,12 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             async with nullcontext() if each else cur.connection.transaction():
                 yield cur
 
-    def _ready(self, op: Op[T], mode: Mode) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' table; a
-        read creates nothing."""
+    def _ready(self, op: Op[T], mode: Mode, cur: Cursor[DictRow] | AsyncCursor[DictRow]) -> Op[T]:
+        """`op`, preceded on this backend's first write by the reclaim records' table (a
+        read creates nothing), and in a WRITE transaction of ours (on an autocommit
+        connection, not inside a caller's) by `ASYNC_COMMIT_SQL`."""
+        if mode is Mode.WRITE and cur.connection.autocommit:
+            op = _committing_async(op)
         if mode is Mode.READ or self.reclaimed_table_ready:
             return op
         return self._creating_table(op)

@@ -13,7 +13,7 @@ from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing import write_duration_leaf
-from retaining_saver.testing.graphs import chat_graph, thread, turn
+from retaining_saver.testing.graphs import chat_graph, run_read, thread, turn
 from retaining_saver.testing.views import visible_state
 
 NOW = timedelta(0)
@@ -78,12 +78,20 @@ def test_below_the_horizon_admissions_skip_the_pass(
         below = saver.counters
         graph.invoke(turn(5), thread(KEPT))  # the sixth run's admission: 5 runs, skipped
         graph.invoke(turn(6), thread(KEPT))  # the seventh's: 6 runs, one beyond
+        crossed = saver.counters
         runs = runs_on_head_line(list(graph.get_state_history(thread(KEPT))))
+        # After a pass, the slack: 2 runs beyond the horizon of 5 wait for the next pass.
+        graph.invoke(turn(7), thread(KEPT))  # 6 runs: skipped
+        graph.invoke(turn(8), thread(KEPT))  # 7 runs: skipped
+        graph.invoke(turn(9), thread(KEPT))  # 8 runs, 3 beyond: a pass deletes all 3
+        held = runs_on_head_line(list(graph.get_state_history(thread(KEPT))))
     # The first admission found an empty thread; the next four could not cross the horizon.
     assert (below.history_passes, below.history_skipped) == (0, 4)
+    counts = (crossed.history_passes, crossed.history_skipped, crossed.history_reclaimed)
+    assert counts == (1, 5, 4) and runs == 6
     after = saver.counters
-    assert (after.history_passes, after.history_skipped, after.history_reclaimed) == (1, 5, 4)
-    assert runs == 6
+    assert (after.history_passes, after.history_skipped, after.history_reclaimed) == (2, 7, 16)
+    assert held == 6
 
 
 def _legacy_thread(inner: Any, turns: int) -> None:
@@ -176,3 +184,21 @@ def test_nothing_younger_than_the_age_changes(kind: str, request: pytest.Fixture
     assert len(history) == 20 and saver.counters.history_reclaimed == 0
     # Young checkpoints beyond the horizon leave the thread unsettled: every admission passes.
     assert saver.counters.history_passes == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_admission_read_answers_the_head_as_the_pass_left_it(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    # Compaction grafts the head run's middle step out, so the head's parent changes: the
+    # read must answer it as it is now. (A pass that only deletes older runs leaves the head
+    # row as it was, and the head read before the pass is answered.)
+    with open_sync(kind, request) as inner:
+        _legacy_thread(inner, 3)
+        saver = RetainingSaver(inner, retention=_horizon(1, compact_steps=True))
+        found = saver.get_tuple(run_read(KEPT))
+        bare = inner.get_tuple(thread(KEPT))
+    assert saver.counters.history_reclaimed > 0
+    assert found is not None and bare is not None
+    assert found.checkpoint["id"] == bare.checkpoint["id"]
+    assert found.parent_config == bare.parent_config
