@@ -170,12 +170,36 @@ async def test_delete_thread_holds_the_thread_lock(
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3 autocommit= is Python 3.12+")
-@pytest.mark.parametrize("autocommit", [True, False])
+def test_sqlite_autocommit_false_fails_as_the_bare_saver_does(sqlite_path: str) -> None:
+    """On an `autocommit=False` connection (always in a transaction) upstream's
+    SqliteSaver cannot set up (`PRAGMA journal_mode=WAL` inside a transaction): the
+    wrapper fails exactly as the bare saver does, with nothing of its own left open.
+    Should upstream learn it, this fails, and the case joins the test below."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    def first_read(saver: Any) -> str:
+        try:
+            saver.get_tuple(thread("a"))
+        except sqlite3.OperationalError as error:
+            return str(error)
+        return "no error"
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, autocommit=False)  # type: ignore[call-arg]
+    try:
+        bare = first_read(SqliteSaver(conn))
+        assert "wal mode" in bare
+        assert first_read(RetainingSaver(SqliteSaver(conn))) == bare
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3 autocommit= is Python 3.12+")
+@pytest.mark.parametrize("autocommit", [True])
 def test_sqlite_autocommit_connections_end_every_transaction(
     autocommit: bool, sqlite_path: str
 ) -> None:
-    """On a connection opened with `autocommit=`, cleanup works and leaves no transaction
-    and no write lock behind: another connection can write at once."""
+    """On a connection opened with `autocommit=True`, cleanup works and leaves no
+    transaction and no write lock behind: another connection can write at once."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, autocommit=autocommit)  # type: ignore[call-arg]
@@ -187,7 +211,7 @@ def test_sqlite_autocommit_connections_end_every_transaction(
         policy = RetentionPolicy(history_keep_runs=1, history_min_age=timedelta(0))
         report = saver.enforce_thread_retention("a", policy)
         assert report.deleted
-        assert autocommit is False or not conn.in_transaction
+        assert not conn.in_transaction
         other = sqlite3.connect(sqlite_path, timeout=0)
         other.execute("BEGIN IMMEDIATE")
         other.rollback()
