@@ -146,9 +146,9 @@ class HistoryMachine(RuleBasedStateMachine):
             bound = at.parent_config["configurable"]["checkpoint_id"]
         inner = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "inner"}}
         before = {"configurable": {"checkpoint_id": bound}}
-        for saved in self.saver.list(inner, before=before, limit=1):
-            return self.graph.get_state(saved.config).values
-        return None
+        # Read whole first: SqliteSaver holds its lock while `list` iterates.
+        found = list(self.saver.list(inner, before=before, limit=1))
+        return self.graph.get_state(found[0].config).values if found else None
 
     # The law
 
