@@ -123,6 +123,9 @@ def chain(
         version = inner.get_next_version(version, None)
         said = [*said[-5:], f"message {i}: " + "lorem ipsum dolor sit amet " * 2]
         checkpoint = empty_checkpoint()
+        # The format LangGraph's runs write (`langgraph.pregel`), not the base
+        # package's older default: a pre-v4 row is read through the saver's migration.
+        checkpoint["v"] = 4
         checkpoint["id"] = str(uuid6(clock_seq=i))
         checkpoint["ts"] = (start + timedelta(seconds=i)).isoformat()
         checkpoint["channel_values"] = {"said": list(said), "turns": i // 4}

@@ -20,6 +20,15 @@ from __future__ import annotations
 # `c` by its primary key: a head without the marker ends there, and that read costs
 # one index probe more than the saver's own.
 #
+# The head's row is read as `SELECT_SQL` reads it, with one change: each channel's blob
+# is looked up by its key (`cross join lateral ... limit 1`, which the planner cannot
+# turn into a join over the thread's blobs). The saver's own text joins
+# `jsonb_each_text` to `checkpoint_blobs`; estimating 100 channels, the planner hashes
+# every blob row of the thread, so its read grows with the thread's length. The
+# primary key makes each lookup one row: the same rows, in another order, which the
+# saver's load does not depend on (it builds a dict). `test_sql_constants` holds the
+# rest of the text to upstream's, to the letter.
+#
 # `recorded` and `commit_mode` are as in `RECLAIM_LEAF_SQL` (`_postgres_sql_take`):
 # the take is recorded with its admission's token, and commits without waiting for the
 # WAL flush.
@@ -90,11 +99,14 @@ select
     (
         select array_agg(array[bl.channel::bytea, bl.type::bytea, bl.blob])
         from jsonb_each_text(checkpoint -> 'channel_versions')
-        inner join checkpoint_blobs bl
-            on bl.thread_id = checkpoints.thread_id
-            and bl.checkpoint_ns = checkpoints.checkpoint_ns
-            and bl.channel = jsonb_each_text.key
-            and bl.version = jsonb_each_text.value
+        cross join lateral (
+            select b.channel, b.type, b.blob from checkpoint_blobs b
+            where b.thread_id = checkpoints.thread_id
+                and b.checkpoint_ns = checkpoints.checkpoint_ns
+                and b.channel = jsonb_each_text.key
+                and b.version = jsonb_each_text.value
+            limit 1
+        ) as bl
     ) as channel_values,
     (
         select
@@ -186,11 +198,14 @@ select
     (
         select array_agg(array[bl.channel::bytea, bl.type::bytea, bl.blob])
         from jsonb_each_text(checkpoint -> 'channel_versions')
-        inner join checkpoint_blobs bl
-            on bl.thread_id = checkpoints.thread_id
-            and bl.checkpoint_ns = checkpoints.checkpoint_ns
-            and bl.channel = jsonb_each_text.key
-            and bl.version = jsonb_each_text.value
+        cross join lateral (
+            select b.channel, b.type, b.blob from checkpoint_blobs b
+            where b.thread_id = checkpoints.thread_id
+                and b.checkpoint_ns = checkpoints.checkpoint_ns
+                and b.channel = jsonb_each_text.key
+                and b.version = jsonb_each_text.value
+            limit 1
+        ) as bl
     ) as channel_values,
     (
         select

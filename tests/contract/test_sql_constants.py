@@ -125,11 +125,26 @@ def test_the_splice_check_can_fail() -> None:
 def test_copies_of_upstream_sql_are_its_text_to_the_letter() -> None:
     """The saver's own statements, written out in ours, are the audited text exactly."""
     select_sql = BasePostgresSaver.SELECT_SQL
-    for name in ("ADMIT_AND_READ_SQL", "ADMIT_EXPIRE_AND_READ_SQL", "SELECT_HEAD_ROW_SQL"):
-        assert select_sql in getattr(_postgres_sql_admission, name), name
+    assert select_sql in _postgres_sql_admission.SELECT_HEAD_ROW_SQL
+    # The admission reads change one thing: each blob looked up by its key.
+    joined = _between(select_sql, "    (\n        select array_agg(array[bl.", "as channel_values")
+    keyed = _between(
+        _postgres_sql_admission.ADMIT_AND_READ_SQL,
+        "    (\n        select array_agg(array[bl.",
+        "as channel_values",
+    )
+    assert "inner join checkpoint_blobs bl" in joined and "cross join lateral" in keyed
+    for name in ("ADMIT_AND_READ_SQL", "ADMIT_EXPIRE_AND_READ_SQL"):
+        assert select_sql.replace(joined, keyed) in getattr(_postgres_sql_admission, name), name
     assert select_sql in RECLAIM_LEAF_READ_SQL
     assert pending_writes_sql(True) == _sqlite_sql.SELECT_PENDING_WRITES_SQL
     assert pending_writes_sql(False) == _sqlite_sql.SELECT_PENDING_WRITES_NO_TASK_PATH_SQL
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """`text` from `start` to `end`, both included."""
+    at = text.index(start)
+    return text[at : text.index(end, at) + len(end)]
 
 
 def _workload(saver: RetainingSaver, kind: str) -> None:
