@@ -91,7 +91,9 @@ class _History(_AncestorReads):
         # What forks from kept root checkpoints load as `checkpointer=True` subgraph
         # memory: known once the root namespace is planned.
         self.fork_memory: set[NodeKey] = set()
-        self.replays_memory = not self.policy.keep_latest and any(
+        # keep_latest included: a kept root checkpoint (the head, an ancestor of kept
+        # pending writes) forks as before only on the memory it forked on.
+        self.replays_memory = any(
             ns != ROOT_NAMESPACE and is_persistent(ns) for ns, _ in self.lineage.nodes
         )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
@@ -110,6 +112,7 @@ class _History(_AncestorReads):
         if self.policy.keep_latest:
             if ROOT_NAMESPACE in heads:
                 self._plan(heads[ROOT_NAMESPACE], self._all_but_head)
+            self.fork_memory = self._fork_memory(self._kept_roots(), others)
             root_units = self.units
             for ns in others:
                 gone = not is_persistent(ns) and self._names_its_roots(ns)
@@ -131,10 +134,7 @@ class _History(_AncestorReads):
         } | self.given_namer_roots
         if ROOT_NAMESPACE in heads:
             self._plan(heads[ROOT_NAMESPACE], self._by_runs)
-        kept_roots = (k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE)
-        self.fork_memory = self._fork_memory(
-            (k for k in kept_roots if k not in self.removed and k not in self.taken), rooted
-        )
+        self.fork_memory = self._fork_memory(self._kept_roots(), rooted)
         root_units = self.units
         for ns in rooted:
             self.units = []
@@ -142,6 +142,11 @@ class _History(_AncestorReads):
             for unit in self.units:
                 root_units = self._tied(root_units, unit)
         self.units = root_units
+
+    def _kept_roots(self) -> list[NodeKey]:
+        """The root namespace's checkpoints the plan keeps (once it is planned)."""
+        gone = self.removed | self.taken
+        return [k for k in self.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in gone]
 
     def _heads(self) -> dict[str, NodeKey]:
         """Each namespace's head as `_stamp_stacks` left it, where no row is missing."""

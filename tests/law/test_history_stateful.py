@@ -202,3 +202,19 @@ def test_history_law_sqlite(flavor: str, sqlite_saver: Any) -> None:
 def test_history_law_postgres(request: pytest.FixtureRequest) -> None:
     with open_sync("postgres", request) as saver:
         _check(saver, "full", POSTGRES_EXAMPLES)
+
+
+def test_keep_latest_keeps_what_forks_from_its_kept_checkpoints_load() -> None:
+    """A sequence the machine found: keep_latest keeps an older root checkpoint (above a
+    branch with pending writes); a fork from it must load the subgraph memory it loaded
+    before, which keep_latest then keeps too (it removed it, as upstream's prune does)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "delta"})()
+    horizon = lambda n: RetentionPolicy(history_keep_runs=n, history_min_age=timedelta(hours=1))  # noqa: E731
+    machine.keep_latest()
+    machine.fork_from_a_kept_checkpoint(0)
+    machine.history_pass(horizon(2), 1)
+    machine.history_pass(horizon(0), 1)
+    machine.keep_latest()
+    machine.kept_checkpoints_load_like_the_twin()
