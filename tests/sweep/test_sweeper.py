@@ -178,10 +178,11 @@ def test_max_age_expires_a_thread_still_in_use(
         assert deleted == {*OLD, VETOED}  # no veto here; the young one is younger than max_age
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; a batch
 def test_a_failing_thread_is_counted_and_the_pass_goes_on(
-    request: pytest.FixtureRequest, clock: SweepClock, caplog: pytest.LogCaptureFixture
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _scene("sqlite", request, clock) as (saver, _, _):
+    with _scene(kind, request, clock) as (saver, _, _):
 
         def veto(info: ThreadInfo) -> bool:
             if info.thread_id == OLD[1]:
@@ -199,15 +200,18 @@ def test_a_failing_thread_is_counted_and_the_pass_goes_on(
         assert "veto service down" in caplog.text
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; a batch
 def test_a_thread_this_process_holds_is_skipped(
-    request: pytest.FixtureRequest, clock: SweepClock
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock
 ) -> None:
-    with _scene("sqlite", request, clock) as (saver, _, _):
+    with _scene(kind, request, clock) as (saver, _, _):
         sweeper = RetentionSweeper(saver, _policy(), clock=clock)
-        with saver._locks.hold(OLD[0]):
+        with saver._locks.hold(OLD[1]):
             done = sweeper.run_pass()
-        assert {r.thread_id: r.outcome for r in done.results}[OLD[0]] == SweepOutcome.BUSY
-        assert _rows(saver, OLD[0])
+        outcomes = {r.thread_id: r.outcome for r in done.results}
+        assert outcomes[OLD[1]] == SweepOutcome.BUSY
+        assert outcomes[OLD[0]] == outcomes[OLD[2]] == SweepOutcome.DELETED
+        assert _rows(saver, OLD[1])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -263,3 +267,37 @@ def test_a_retention_policy_strategy_runs_the_engine_on_idle_threads(
             assert len(_rows(saver, thread_id)) < len(before[thread_id])
             assert _same_tuple(saver.get_tuple(thread(thread_id)), heads[thread_id])
         assert _rows(saver, YOUNG) == before[YOUNG]
+
+
+def test_a_pass_rests_after_a_page_with_no_idle_thread_only(
+    request: pytest.FixtureRequest, clock: SweepClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pace` rests after a page that found nothing to do, in proportion to its time (so a
+    sweeper with nothing to do leaves the loop to the app); a page with idle threads is
+    followed by no rest, only a turn of the loop."""
+    from retaining_saver._effects import Rest
+
+    rests: list[float] = []
+    monkeypatch.setattr(Rest, "perform", lambda self, performer: rests.append(self.seconds))
+    with _scene("memory", request, clock) as (saver, _, _):
+        for pace in (9, 0):
+            rests.clear()
+            sweeper = RetentionSweeper(
+                saver, _policy(), page_size=1, pace=pace, dry_run=True, clock=clock
+            )
+            sweeper.run_pass()
+            # One page a thread, by key: the old ones and the vetoed and interrupted
+            # ones (idle by their ids: handled), then the young one, then the end.
+            assert len(rests) == len(ALL) + 1
+            assert rests[:5] == [0.0] * 5
+            assert all(r > 0 for r in rests[5:]) if pace else rests[5:] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("pace", "error"), [(-1, ValueError), (float("nan"), ValueError), ("9", TypeError)]
+)
+def test_pace_is_a_number_at_least_zero(
+    pace: Any, error: type, request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    with _scene("memory", request, clock) as (saver, _, _), pytest.raises(error, match="pace"):
+        RetentionSweeper(saver, _policy(), pace=pace)
