@@ -81,13 +81,19 @@ def sweep_thread(
     now: datetime,
     *,
     dry_run: bool,
+    known: Mapping[str, HeadFacts] | None = None,
 ) -> Flow[ThreadResult]:
     """Judge the thread `scan` found idle and, unless `dry_run`, handle it.
 
     `engine_policy` is the pass a non-deleting strategy runs (None for "delete").
+    `known`: head facts read already, for a batch of threads (one it lacks has no
+    root checkpoint); else the thread's are read now.
     """
     thread_id = scan.thread_id
-    head = yield from _head_facts(store, thread_id)
+    if known is None:
+        head = yield from _head_facts(store, thread_id)
+    else:
+        head = known.get(thread_id)
     verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
     if head is None:  # deleted since the scan (by another sweeper, say)
         return ThreadResult(thread_id, SweepOutcome.GONE)

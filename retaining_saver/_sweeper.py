@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from retaining_saver._effects import Flow, IfFree, IfFreeEach, Rest, Run, adrive, drive
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules import _validate as validate
-from retaining_saver._rules._idle import AgeBounds, IdleVerdict, ThreadHead
+from retaining_saver._rules._idle import AgeBounds, HeadFacts, IdleVerdict, ThreadHead
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._sweep_pass import PassTally, SweepCounters, SweepPass
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_batch, sweep_thread
@@ -121,8 +121,8 @@ class RetentionSweeper:
         self.saver, self.policy = saver, policy
         self.store: SweepStore = store_for(saver._require_backend())
         self.engine_policy = _engine_policy(saver, policy)
-        batches = self.engine_policy is None and not self.dry_run
-        self._batch = self.store.batch_size if batches else 1
+        self._batch = self.store.batch_size
+        self._deletes_batches = self.engine_policy is None and not self.dry_run
         self.counters = SweepCounters()
         self.last_pass: SweepPass | None = None
         self.resume_after: str | None = None
@@ -195,9 +195,10 @@ class RetentionSweeper:
         deletes batches), and every thread of it noted, in order."""
         idle = [head for head, verdict in chunk if verdict is IdleVerdict.EXPIRED]
         done: dict[str, ThreadResult] = {}
-        if self._batch == 1:
+        if not self._deletes_batches or self._batch == 1:
+            known = (yield from self._prefetched(idle)) if self._batch > 1 else None
             for head in idle:
-                handled = self._handled(head, run.started_at)
+                handled = self._handled(head, run.started_at, known)
                 done[head.thread_id] = yield IfFree(head.thread_id, handled, _busy(head))
         elif idle:
             ids = [head.thread_id for head in idle]
@@ -225,10 +226,34 @@ class RetentionSweeper:
         found = {result.thread_id: result for result in swept}
         return [found.get(head.thread_id) or _busy(head) for head in heads]
 
-    def _handled(self, head: ThreadHead, now: datetime) -> Flow[ThreadResult]:
-        """The thread swept, under its lock; a failure is logged, and the pass goes on."""
+    def _prefetched(self, heads: list[ThreadHead]) -> Flow[dict[str, HeadFacts] | None]:
+        """The head facts of `heads` in one read where the store has one (each thread's
+        transaction re-checks them), else (or if it fails) None: each reads its own."""
+        read = self.store.batch_head_facts([head.thread_id for head in heads]) if heads else None
+        if read is None:
+            return None
+        try:
+            facts: dict[str, HeadFacts] = yield Run(read, Mode.READ)
+        except Exception as error:
+            logger.warning(
+                "reading %d heads at once failed (%r); each reads its own", len(heads), error
+            )
+            return None
+        return facts
+
+    def _handled(
+        self, head: ThreadHead, now: datetime, known: dict[str, HeadFacts] | None = None
+    ) -> Flow[ThreadResult]:
+        """The thread swept, under its lock (judged on `known` facts if given); a failure is
+        logged, and the pass goes on."""
         flow = sweep_thread(
-            self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
+            self.store,
+            head,
+            self.policy,
+            self.engine_policy,
+            now,
+            dry_run=self.dry_run,
+            known=known,
         )
         try:
             return self._remember_clones((yield from flow))
