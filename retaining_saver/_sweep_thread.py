@@ -6,6 +6,10 @@ asked last), then handled in one write transaction that takes the thread
 root checkpoint and that checkpoint's pending writes are still what it was
 judged on, and deletes it whole or carries out its plan. A thread that
 changed meanwhile is left for a later pass; so is one another sweeper holds.
+
+`sweep_batch` is the "delete" strategy on several threads at once, for a
+store that deletes batches (Postgres): the same judging and re-checks, with
+one read for all the heads and one transaction for all the deletes.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ at most `sweep_limit` of them, to `sweep_thread`, or, for the "delete"
 strategy on a store that deletes batches (Postgres), up to a batch of them
 at once to `sweep_batch`. When the walk reaches the last thread, the next
 pass starts again from the first. Only a page of thread keys and one
-thread's lineage are ever in memory. After a page with no idle thread the
-pass rests in proportion to the time it took (`pace`).
+thread's lineage are ever in memory. The sweeper rests in proportion to the
+time it works (`pace`): after a page with no idle thread, or, for pages with
+idle threads, before the next pass.
 """
 
 from __future__ import annotations
@@ -69,12 +70,13 @@ class RetentionSweeper:
         interval: Time between the start of one pass and the next.
         sweep_limit: At most this many idle threads handled per pass.
         page_size: Thread keys read per query.
-        pace: After a page of thread keys in which it found no idle thread, the
-            pass rests `pace` times as long as reading and judging the page took
-            (0: it only lets other tasks run), so that a sweeper with nothing to
-            do (the usual case in a store swept before) takes at most
-            `1 / (1 + pace)` of the event loop's and the database's time. Pages
-            with idle threads, whose handling `sweep_limit` bounds, are not slowed.
+        pace: How much the sweeper rests for the time it works: after a page of
+            thread keys in which it found no idle thread, `pace` times as long as
+            the page took (0: it only lets other tasks run); for a page with idle
+            threads, as long, but before the next pass, so that one pass handles
+            its (at most `sweep_limit`) idle threads without a pause. Passes run
+            back to back thus take at most `1 / (1 + pace)` of the event loop's
+            and the database's time.
         dry_run: Judge and report, change nothing.
         clock: What "now" is (a timezone-aware `datetime`); settable, for tests.
         on_pass: Called with each pass's `SweepPass`; its errors are logged.
@@ -129,6 +131,9 @@ class RetentionSweeper:
         """The thread key the next pass starts after (None: the first thread)."""
         self._prepared = False
         self._stopping = threading.Event()
+        self._timer: Callable[[], float] = time.perf_counter
+        self._owed, self._owed_since = 0.0, 0.0
+        """Seconds of rest the last pass's pages with work earned, and when it ended."""
         self._task: asyncio.Task[None] | None = None
 
     # One pass
@@ -146,15 +151,21 @@ class RetentionSweeper:
         if not self._prepared and not self.dry_run:
             yield Run(self.store.prepare(), Mode.WRITE)
             self._prepared = True
+        owed = self._owed - (self._timer() - self._owed_since)
+        if owed > 0:  # passes back to back: the rest the last one's work earned
+            yield Rest(owed)
+        self._owed = 0.0
         run = self._begin()
         try:
             while self._wants_more(run):
-                began, handled = time.perf_counter(), len(run.results)
+                began, handled = self._timer(), len(run.results)
                 page = yield Run(self.store.scan(run.after, self.page_size), Mode.READ)
                 for chunk in self._chunks(run, page):
                     yield from self._handle(run, chunk)
-                idle_free = len(run.results) == handled
-                yield Rest((time.perf_counter() - began) * self.pace if idle_free else 0.0)
+                rest = (self._timer() - began) * self.pace
+                if len(run.results) > handled:  # a page with work: its rest comes after the pass
+                    self._owed, rest = self._owed + rest, 0.0
+                yield Rest(rest)
         except BaseException:
             self._finish(run, cancelled=True)
             raise
@@ -268,6 +279,7 @@ class RetentionSweeper:
         return result
 
     def _finish(self, run: PassTally, *, cancelled: bool) -> SweepPass:
+        self._owed_since = self._timer()
         summary = run.summary(cancelled=cancelled)
         self.resume_after = summary.stopped_after
         self.last_pass = summary

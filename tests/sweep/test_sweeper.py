@@ -269,28 +269,35 @@ def test_a_retention_policy_strategy_runs_the_engine_on_idle_threads(
         assert _rows(saver, YOUNG) == before[YOUNG]
 
 
-def test_a_pass_rests_after_a_page_with_no_idle_thread_only(
+def test_a_sweeper_rests_pace_times_its_work(
     request: pytest.FixtureRequest, clock: SweepClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`pace` rests after a page that found nothing to do, in proportion to its time (so a
-    sweeper with nothing to do leaves the loop to the app); a page with idle threads is
-    followed by no rest, only a turn of the loop."""
+    """`pace` rests after a page that found nothing to do, in proportion to its time; the
+    rest a page with idle threads earns comes before the next pass, so that a pass's
+    idle threads are handled without a pause. A timer that ticks 1 a reading stands in
+    for the clock."""
     from retaining_saver._effects import Rest
 
     rests: list[float] = []
     monkeypatch.setattr(Rest, "perform", lambda self, performer: rests.append(self.seconds))
+    ticks = iter(range(1_000_000))
     with _scene("memory", request, clock) as (saver, _, _):
         for pace in (9, 0):
-            rests.clear()
             sweeper = RetentionSweeper(
                 saver, _policy(), page_size=1, pace=pace, dry_run=True, clock=clock
             )
-            sweeper.run_pass()
-            # One page a thread, by key: the old ones and the vetoed and interrupted
-            # ones (idle by their ids: handled), then the young one, then the end.
-            assert len(rests) == len(ALL) + 1
-            assert rests[:5] == [0.0] * 5
-            assert all(r > 0 for r in rests[5:]) if pace else rests[5:] == [0.0, 0.0]
+            sweeper._timer = lambda: float(next(ticks))
+            for _ in range(2):
+                rests.clear()
+                sweeper.run_pass()
+                owed = [rests.pop(0)] if rests and len(rests) > len(ALL) + 1 else []
+                # One page a thread, by key: the old ones and the vetoed and interrupted
+                # ones (idle by their ids: handled), then the young one, then the end.
+                assert rests == [0.0] * 5 + [pace * 1.0] * 2
+                passes = sweeper.counters.passes
+                # The second pass first rests for the five pages with work of the first,
+                # less the tick between the two.
+                assert owed == ([5 * pace * 1.0 - 1] if passes == 2 and pace else [])
 
 
 @pytest.mark.parametrize(
