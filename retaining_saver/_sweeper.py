@@ -209,6 +209,8 @@ class RetentionSweeper:
         if not self._deletes_batches or self._batch == 1:
             known = (yield from self._prefetched(idle)) if self._batch > 1 else None
             for head in idle:
+                if self._stopping.is_set():  # `run_until` stopped: end after this thread
+                    break
                 handled = self._handled(head, run.started_at, known)
                 done[head.thread_id] = yield IfFree(head.thread_id, handled, _busy(head))
         elif idle:
@@ -217,6 +219,9 @@ class RetentionSweeper:
             done = {result.thread_id: result for result in batch}
         for head, verdict in chunk:
             if verdict is IdleVerdict.EXPIRED:
+                if head.thread_id not in done:  # stopped before it: the next pass resumes here
+                    run.reached_end = False
+                    return
                 run.note(done[head.thread_id])
             else:
                 run.outcomes[verdict.value] += 1
@@ -302,7 +307,8 @@ class RetentionSweeper:
     def run_until(self, stop: threading.Event) -> None:
         """Run a pass every `interval` until `stop` is set (for a thread of its own).
 
-        A pass under way when `stop` is set ends after the thread it is on.
+        A pass under way when `stop` is set ends after the thread (or the batch of
+        threads deleted together) it is on.
         """
         self._stopping = stop
         while not stop.is_set():

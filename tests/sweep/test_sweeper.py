@@ -308,3 +308,26 @@ def test_pace_is_a_number_at_least_zero(
 ) -> None:
     with _scene("memory", request, clock) as (saver, _, _), pytest.raises(error, match="pace"):
         RetentionSweeper(saver, _policy(), pace=pace)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; heads at once
+def test_a_stopped_pass_ends_after_the_thread_it_is_on(
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    """`run_until`'s stop, set while the first old thread is judged, ends the pass after
+    that thread (the old threads' heads were read together on Postgres); the next pass
+    resumes after it."""
+    with _scene(kind, request, clock) as (saver, before, _):
+        sweeper: RetentionSweeper | None = None
+
+        def veto(info: ThreadInfo) -> bool:
+            if info.thread_id == OLD[0] and sweeper is not None:
+                sweeper._stopping.set()
+            return False
+
+        policy = IdleThreadPolicy(IDLE_FOR, "keep_latest", keep_thread=veto)
+        sweeper = RetentionSweeper(saver, policy, clock=clock)
+        done = sweeper.run_pass()
+        assert done.cancelled and [r.thread_id for r in done.results] == [OLD[0]]
+        assert done.stopped_after == OLD[0] == sweeper.resume_after
+        assert _rows(saver, OLD[1]) == before[OLD[1]]
