@@ -24,8 +24,9 @@ from retaining_saver._rules import (
 from retaining_saver._rules._idle_policy import IdleThreadPolicy, ThreadInfo
 from retaining_saver._rules._legend import explain
 from retaining_saver._saver import RetainingSaver
+from retaining_saver._sweep_pass import SweepCounters, SweepPass
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult
-from retaining_saver._sweeper import RetentionSweeper, SweepCounters, SweepPass
+from retaining_saver._sweeper import RetentionSweeper
 from retaining_saver.backends._sqlite_compaction import Compaction
 from retaining_saver.backends._stats import (
     ChannelStats,

@@ -21,7 +21,8 @@ from retaining_saver._cli_output import Doc
 from retaining_saver._cli_progress import Progress
 from retaining_saver._cli_targets import Store
 from retaining_saver._rules._idle_policy import STRATEGIES, IdleThreadPolicy
-from retaining_saver._sweeper import RetentionSweeper, SweepPass
+from retaining_saver._sweep_pass import SweepPass
+from retaining_saver._sweeper import RetentionSweeper
 
 SWEEP_SUMMARY = "delete or prune threads idle longer than --idle-for (a dry run without --apply)"
 DRY_RUN_SWEEP = "dry run: nothing changed; pass --apply to sweep"

@@ -13,7 +13,9 @@ yielded.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
+from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -164,6 +166,46 @@ class IfFree:
 
 
 @dataclass(slots=True)
+class IfFreeEach:
+    """Run `flow(free)` holding the lock of each of `thread_ids` no one holds, `free`
+    being those, in order; answers what it returns. As `IfFree`, the async driver first
+    lets the app's other tasks run."""
+
+    thread_ids: Sequence[str]
+    flow: Callable[[list[str]], Flow[Any]]
+
+    def perform(self, performer: Performer) -> Any:
+        with ExitStack() as held:
+            free = [t for t in self.thread_ids if held.enter_context(performer.locks.try_hold(t))]
+            return drive(self.flow(free), performer)
+
+    async def aperform(self, performer: Performer) -> Any:
+        await asyncio.sleep(0)
+        async with AsyncExitStack() as held:
+            return await adrive(self.flow(await self._taken(held, performer)), performer)
+
+    async def _taken(self, held: AsyncExitStack, performer: Performer) -> list[str]:
+        """Those of `thread_ids` whose lock for the running loop `held` took (the free ones)."""
+        locks = performer.locks
+        return [t for t in self.thread_ids if await held.enter_async_context(locks.atry_hold(t))]
+
+
+@dataclass(slots=True)
+class Rest:
+    """Let the app's other work run for `seconds`: the async driver sleeps on the loop (0:
+    lets its ready tasks run once), the sync one sleeps the calling thread."""
+
+    seconds: float
+
+    def perform(self, performer: Performer) -> None:
+        if self.seconds > 0:
+            time.sleep(self.seconds)
+
+    async def aperform(self, performer: Performer) -> None:
+        await asyncio.sleep(self.seconds)
+
+
+@dataclass(slots=True)
 class ReadHead:
     """The admission read of the head: `inner.get_tuple(config)`.
 
@@ -206,7 +248,18 @@ class Call:
 
 
 Effect = (
-    Lookup | Invalidate | Run | History | Offload | FellBack | Locked | IfFree | ReadHead | Call
+    Lookup
+    | Invalidate
+    | Run
+    | History
+    | Offload
+    | FellBack
+    | Locked
+    | IfFree
+    | IfFreeEach
+    | Rest
+    | ReadHead
+    | Call
 )
 Flow = Generator[Effect, Any, T]
 

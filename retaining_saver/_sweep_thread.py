@@ -6,11 +6,16 @@ asked last), then handled in one write transaction that takes the thread
 root checkpoint and that checkpoint's pending writes are still what it was
 judged on, and deletes it whole or carries out its plan. A thread that
 changed meanwhile is left for a later pass; so is one another sweeper holds.
+
+`sweep_batch` is the "delete" strategy on several threads at once, for a
+store that deletes batches (Postgres): the same judging and re-checks, with
+one read for all the heads and one transaction for all the deletes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -24,6 +29,8 @@ from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._rules._recheck import Applied
 from retaining_saver.backends._apply import PlanChanged
 from retaining_saver.backends._sweep import Held, SweepStore, ThreadChanged, locked_act
+
+logger = logging.getLogger("retaining_saver")
 
 
 class SweepOutcome(StrEnum):
@@ -78,13 +85,19 @@ def sweep_thread(
     now: datetime,
     *,
     dry_run: bool,
+    known: Mapping[str, HeadFacts] | None = None,
 ) -> Flow[ThreadResult]:
     """Judge the thread `scan` found idle and, unless `dry_run`, handle it.
 
     `engine_policy` is the pass a non-deleting strategy runs (None for "delete").
+    `known`: head facts read already, for a batch of threads (one it lacks has no
+    root checkpoint); else the thread's are read now.
     """
     thread_id = scan.thread_id
-    head = yield from _head_facts(store, thread_id)
+    if known is None:
+        head = yield from _head_facts(store, thread_id)
+    else:
+        head = known.get(thread_id)
     verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
     if head is None:  # deleted since the scan (by another sweeper, say)
         return ThreadResult(thread_id, SweepOutcome.GONE)
@@ -124,11 +137,94 @@ def _delete(
     except ThreadChanged:  # rolled back whole: a writer committed a row meanwhile
         done = Held.CHANGED
     yield Invalidate(thread_id, "", None)  # a read between the purges may have cached rows
+    return _deleted(thread_id, done)
+
+
+def _deleted(thread_id: str, done: int | Held) -> ThreadResult:
+    """The result of a thread's deletion that answered `done`."""
     if isinstance(done, Held):
         return ThreadResult(thread_id, SweepOutcome(done.value))
     if not done:  # another sweeper deleted it between our lock and our delete's snapshot
         return ThreadResult(thread_id, SweepOutcome.GONE)
     return ThreadResult(thread_id, SweepOutcome.DELETED, int(done))
+
+
+def sweep_batch(
+    store: SweepStore, scans: Sequence[ThreadHead], policy: IdleThreadPolicy, now: datetime
+) -> Flow[list[ThreadResult]]:
+    """The "delete" strategy on threads `scans` found idle, together: their heads read at
+    once, each judged (its veto asked), and the expired ones deleted in one transaction
+    (`delete_batch_unchanged`: each taken and re-checked in it). A result per scan, in
+    order. If that transaction rolls back (a writer committed a row of one of them, or it
+    failed), each expired thread is deleted alone, as `sweep_thread` does: only the one
+    that changed stays, only the one that fails fails.
+    """
+    facts = yield from _batch_facts(store, [scan.thread_id for scan in scans])
+    results: dict[str, ThreadResult] = {}
+    judged: list[tuple[str, HeadFacts]] = []
+    for scan in scans:
+        thread_id, head = scan.thread_id, facts.get(scan.thread_id)
+        try:
+            verdict = thread_verdict(scan, head, policy, now, ask_veto=True)
+        except Exception:
+            logger.exception("sweeping thread %r failed; the pass goes on", thread_id)
+            results[thread_id] = ThreadResult(thread_id, SweepOutcome.FAILED)
+            continue
+        if head is None:
+            results[thread_id] = ThreadResult(thread_id, SweepOutcome.GONE)
+        elif verdict is not IdleVerdict.EXPIRED:
+            results[thread_id] = ThreadResult(thread_id, _KEPT[verdict])
+        else:
+            judged.append((thread_id, head))
+    if judged:
+        results |= yield from _delete_batch(store, judged)
+    return [results[scan.thread_id] for scan in scans]
+
+
+def _batch_facts(store: SweepStore, thread_ids: list[str]) -> Flow[dict[str, HeadFacts]]:
+    """The head facts of each of `thread_ids` that has a root checkpoint: from the store's
+    one statement where it has one, else a thread at a time."""
+    read = store.batch_head_facts(thread_ids)
+    if read is not None:
+        facts: dict[str, HeadFacts] = yield Run(read, Mode.READ)
+        return facts
+    found = {}
+    for thread_id in thread_ids:
+        if (head := (yield from _head_facts(store, thread_id))) is not None:
+            found[thread_id] = head
+    return found
+
+
+def _delete_batch(
+    store: SweepStore, judged: list[tuple[str, HeadFacts]]
+) -> Flow[dict[str, ThreadResult]]:
+    for thread_id, _ in judged:
+        yield Invalidate(thread_id, "", None)
+    act = store.delete_batch_unchanged([(t, h.checkpoint_id, h.pending_writes) for t, h in judged])
+    try:
+        done = yield Run(act, Mode.WRITE)
+    except Exception as error:  # rolled back whole: each alone, then
+        if not isinstance(error, ThreadChanged):
+            logger.warning("a sweep batch failed (%r); its threads go one by one", error)
+        return (yield from _delete_each(store, judged))
+    for thread_id, _ in judged:
+        yield Invalidate(thread_id, "", None)  # a read between the purges may have cached rows
+    return {thread_id: _deleted(thread_id, done[thread_id]) for thread_id, _ in judged}
+
+
+def _delete_each(
+    store: SweepStore, judged: list[tuple[str, HeadFacts]]
+) -> Flow[dict[str, ThreadResult]]:
+    """Each of `judged` deleted in its own transaction; one that fails is logged, and the
+    others go on."""
+    results: dict[str, ThreadResult] = {}
+    for thread_id, head in judged:
+        try:
+            results[thread_id] = yield from _delete(store, thread_id, head, dry_run=False)
+        except Exception:
+            logger.exception("sweeping thread %r failed; the pass goes on", thread_id)
+            results[thread_id] = ThreadResult(thread_id, SweepOutcome.FAILED)
+    return results
 
 
 def _prune(

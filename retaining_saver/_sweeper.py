@@ -1,10 +1,14 @@
 """`RetentionSweeper`: an `IdleThreadPolicy` applied to a whole store, pass after pass.
 
 A pass walks the store's threads by key from where the last one stopped,
-judges each by its ids (`age_verdict`, no row read), and hands the idle ones,
-at most `sweep_limit` of them, to `sweep_thread`. When the walk reaches the
-last thread, the next pass starts again from the first. Only a page of
-thread keys and one thread's lineage are ever in memory.
+judges each by its ids (`AgeBounds`, no row read), and hands the idle ones,
+at most `sweep_limit` of them, to `sweep_thread`, or, for the "delete"
+strategy on a store that deletes batches (Postgres), up to a batch of them
+at once to `sweep_batch`. When the walk reaches the last thread, the next
+pass starts again from the first. Only a page of thread keys and one
+thread's lineage are ever in memory. The sweeper rests in proportion to the
+time it works (`pace`): after a page with no idle thread, or, for pages with
+idle threads, before the next pass.
 """
 
 from __future__ import annotations
@@ -13,18 +17,18 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from retaining_saver._effects import Flow, IfFree, Run, adrive, drive
+from retaining_saver._effects import Flow, IfFree, IfFreeEach, Rest, Run, adrive, drive
 from retaining_saver._rules import RetentionPolicy
 from retaining_saver._rules import _validate as validate
-from retaining_saver._rules._idle import IdleVerdict, ThreadHead, age_verdict
+from retaining_saver._rules._idle import AgeBounds, HeadFacts, IdleVerdict, ThreadHead
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
-from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_thread
+from retaining_saver._sweep_pass import PassTally, SweepCounters, SweepPass
+from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_batch, sweep_thread
 from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sweep import SweepStore
 from retaining_saver.backends._sweep_stores import store_for
@@ -35,105 +39,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("retaining_saver")
 
 Clock = Callable[[], datetime]
+_Chunk = list[tuple[ThreadHead, IdleVerdict]]
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class SweepPass:
-    """What one pass found and did.
-
-    Attributes:
-        started_at: The sweeper's clock when the pass began (what ages are measured to).
-        dry_run: True if nothing was changed.
-        started_after: The thread key the pass resumed after (None: the first thread).
-        stopped_after: The key the next pass resumes after (None: the walk reached the
-            last thread, and the next pass starts from the first).
-        scanned: Threads whose ids the pass read.
-        outcomes: Per outcome, how many threads had it (young threads included).
-        results: Each thread the pass found idle by its ids, and what it did with it.
-        checkpoints_deleted: Checkpoints deleted (or, in a dry run, that would be).
-        cancelled: The pass was cancelled (or stopped) before its end.
-    """
-
-    started_at: datetime
-    dry_run: bool
-    started_after: str | None
-    stopped_after: str | None
-    scanned: int
-    outcomes: dict[str, int]
-    results: tuple[ThreadResult, ...]
-    checkpoints_deleted: int
-    cancelled: bool = False
-
-    @property
-    def failed(self) -> int:
-        """Threads whose handling raised (each logged)."""
-        return self.outcomes.get(SweepOutcome.FAILED, 0)
-
-
-@dataclass
-class SweepCounters:
-    """Totals over every pass of a sweeper.
-
-    Attributes:
-        passes: Passes finished or cancelled.
-        scanned: Threads whose ids were read.
-        outcomes: Per outcome, how many threads had it.
-        checkpoints_deleted: Checkpoints deleted.
-        failed: Threads whose handling raised.
-    """
-
-    passes: int = 0
-    scanned: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    checkpoints_deleted: int = 0
-    failed: int = 0
-
-
-@dataclass
-class _Pass:
-    """A pass under way: its key, its tally, its results."""
-
-    started_at: datetime
-    dry_run: bool
-    started_after: str | None
-    after: str | None
-    scanned: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    results: list[ThreadResult] = field(default_factory=list)
-    reached_end: bool = False
-
-    def note(self, result: ThreadResult) -> None:
-        self.results.append(result)
-        self.outcomes[result.outcome] += 1
-        self.after = result.thread_id
-
-    def summary(self, *, cancelled: bool) -> SweepPass:
-        deleted = sum(
-            r.checkpoints
-            for r in self.results
-            if r.outcome
-            in (
-                SweepOutcome.DELETED,
-                SweepOutcome.PRUNED,
-                SweepOutcome.WOULD_DELETE,
-                SweepOutcome.WOULD_PRUNE,
-            )
-        )
-        return SweepPass(
-            started_at=self.started_at,
-            dry_run=self.dry_run,
-            started_after=self.started_after,
-            stopped_after=None if self.reached_end else self.after,
-            scanned=self.scanned,
-            outcomes=dict(self.outcomes),
-            results=tuple(self.results),
-            checkpoints_deleted=deleted,
-            cancelled=cancelled,
-        )
 
 
 class RetentionSweeper:
@@ -160,6 +70,13 @@ class RetentionSweeper:
         interval: Time between the start of one pass and the next.
         sweep_limit: At most this many idle threads handled per pass.
         page_size: Thread keys read per query.
+        pace: How much the sweeper rests for the time it works: after a page of
+            thread keys in which it found no idle thread, `pace` times as long as
+            the page took (0: it only lets other tasks run); for a page with idle
+            threads, as long, but before the next pass, so that one pass handles
+            its (at most `sweep_limit`) idle threads without a pause. Passes run
+            back to back thus take at most `1 / (1 + pace)` of the event loop's
+            and the database's time.
         dry_run: Judge and report, change nothing.
         clock: What "now" is (a timezone-aware `datetime`); settable, for tests.
         on_pass: Called with each pass's `SweepPass`; its errors are logged.
@@ -168,7 +85,7 @@ class RetentionSweeper:
         UnsupportedSaverError: If the saver's store is not supported.
         TypeError: If an argument has the wrong type.
         ValueError: If `interval` is not positive, or `sweep_limit` or
-            `page_size` is below 1.
+            `page_size` is below 1, or `pace` is negative.
     """
 
     def __init__(
@@ -179,6 +96,7 @@ class RetentionSweeper:
         interval: timedelta = timedelta(minutes=5),
         sweep_limit: int = 1000,
         page_size: int = 500,
+        pace: float = 9.0,
         dry_run: bool = False,
         clock: Clock | None = None,
         on_pass: Callable[[SweepPass], Any] | None = None,
@@ -192,18 +110,30 @@ class RetentionSweeper:
         self.interval: timedelta = validate.duration("interval", interval, positive=True)
         self.sweep_limit: int = validate.count("sweep_limit", sweep_limit, minimum=1)
         self.page_size: int = validate.count("page_size", page_size, minimum=1)
+        validate.require(
+            isinstance(pace, int | float) and not isinstance(pace, bool),
+            TypeError,
+            f"pace must be a number, got {pace!r}",
+        )
+        validate.require(0 <= pace < float("inf"), ValueError, f"pace must be >= 0, got {pace!r}")
+        self.pace = float(pace)
         self.dry_run: bool = validate.flag("dry_run", dry_run)
         self.clock: Clock = validate.optional_callable("clock", clock) or _utc_now
         self.on_pass = validate.optional_callable("on_pass", on_pass)
         self.saver, self.policy = saver, policy
         self.store: SweepStore = store_for(saver._require_backend())
         self.engine_policy = _engine_policy(saver, policy)
+        self._batch = self.store.batch_size
+        self._deletes_batches = self.engine_policy is None and not self.dry_run
         self.counters = SweepCounters()
         self.last_pass: SweepPass | None = None
         self.resume_after: str | None = None
         """The thread key the next pass starts after (None: the first thread)."""
         self._prepared = False
         self._stopping = threading.Event()
+        self._timer: Callable[[], float] = time.perf_counter
+        self._owed, self._owed_since = 0.0, 0.0
+        """Seconds of rest the last pass's pages with work earned, and when it ended."""
         self._task: asyncio.Task[None] | None = None
 
     # One pass
@@ -221,47 +151,125 @@ class RetentionSweeper:
         if not self._prepared and not self.dry_run:
             yield Run(self.store.prepare(), Mode.WRITE)
             self._prepared = True
+        owed = self._owed - (self._timer() - self._owed_since)
+        if owed > 0:  # passes back to back: the rest the last one's work earned
+            yield Rest(owed)
+        self._owed = 0.0
         run = self._begin()
         try:
             while self._wants_more(run):
+                began, handled = self._timer(), len(run.results)
                 page = yield Run(self.store.scan(run.after, self.page_size), Mode.READ)
-                for head in self._idle_heads(run, page):
-                    handled = self._handled(head, run.started_at)
-                    run.note((yield IfFree(head.thread_id, handled, _busy(head))))
+                for chunk in self._chunks(run, page):
+                    yield from self._handle(run, chunk)
+                rest = (self._timer() - began) * self.pace
+                if len(run.results) > handled:  # a page with work: its rest comes after the pass
+                    self._owed, rest = self._owed + rest, 0.0
+                yield Rest(rest)
         except BaseException:
             self._finish(run, cancelled=True)
             raise
         return self._finish(run, cancelled=stoppable and self._stopping.is_set())
 
-    def _begin(self) -> _Pass:
+    def _begin(self) -> PassTally:
         now = validate.moment("clock()", self.clock())
         validate.require(now.tzinfo is not None, ValueError, f"clock() must be aware, got {now!r}")
-        return _Pass(now, self.dry_run, self.resume_after, self.resume_after)
+        return PassTally(now, self.dry_run, self.resume_after, self.resume_after)
 
-    def _wants_more(self, run: _Pass) -> bool:
+    def _wants_more(self, run: PassTally) -> bool:
         return not (
             run.reached_end or len(run.results) >= self.sweep_limit or self._stopping.is_set()
         )
 
-    def _idle_heads(self, run: _Pass, page: list[ThreadHead]) -> Any:
-        """The threads of `page` idle by their ids, while the pass may handle more; the
-        others are counted as they pass."""
+    def _chunks(self, run: PassTally, page: list[ThreadHead]) -> Iterator[_Chunk]:
+        """The threads of `page` in order, each with its verdict by its ids, in chunks of
+        at most one batch of idle ones, while the pass may handle more."""
+        chunk: _Chunk = []
+        idle = 0
+        bounds = AgeBounds.at(self.policy, run.started_at)
         for head in page:
-            if len(run.results) >= self.sweep_limit or self._stopping.is_set():
-                return
+            if len(run.results) + idle >= self.sweep_limit or self._stopping.is_set():
+                break
             run.scanned += 1
-            verdict = age_verdict(head, self.policy, run.started_at)
+            verdict = bounds.verdict(head)
+            chunk.append((head, verdict))
+            if verdict is IdleVerdict.EXPIRED and (idle := idle + 1) == self._batch:
+                yield chunk
+                chunk, idle = [], 0
+        else:
+            run.reached_end = len(page) < self.page_size
+        if chunk:
+            yield chunk
+
+    def _handle(self, run: PassTally, chunk: _Chunk) -> Flow[None]:
+        """The idle threads of `chunk` handled (a batch of them together where the store
+        deletes batches), and every thread of it noted, in order."""
+        idle = [head for head, verdict in chunk if verdict is IdleVerdict.EXPIRED]
+        done: dict[str, ThreadResult] = {}
+        if not self._deletes_batches or self._batch == 1:
+            known = (yield from self._prefetched(idle)) if self._batch > 1 else None
+            for head in idle:
+                if self._stopping.is_set():  # `run_until` stopped: end after this thread
+                    break
+                handled = self._handled(head, run.started_at, known)
+                done[head.thread_id] = yield IfFree(head.thread_id, handled, _busy(head))
+        elif idle:
+            ids = [head.thread_id for head in idle]
+            batch = yield IfFreeEach(ids, lambda free: self._batched(idle, free, run.started_at))
+            done = {result.thread_id: result for result in batch}
+        for head, verdict in chunk:
             if verdict is IdleVerdict.EXPIRED:
-                yield head
+                if head.thread_id not in done:  # stopped before it: the next pass resumes here
+                    run.reached_end = False
+                    return
+                run.note(done[head.thread_id])
             else:
                 run.outcomes[verdict.value] += 1
                 run.after = head.thread_id
-        run.reached_end = len(page) < self.page_size
 
-    def _handled(self, head: ThreadHead, now: datetime) -> Flow[ThreadResult]:
-        """The thread swept, under its lock; a failure is logged, and the pass goes on."""
+    def _batched(
+        self, heads: list[ThreadHead], free: list[str], now: datetime
+    ) -> Flow[list[ThreadResult]]:
+        """`sweep_batch` on those of `heads` whose lock in this process was `free`; the
+        others busy. If it fails, each of them is counted failed, and the pass goes on."""
+        taken = set(free)
+        scans = [head for head in heads if head.thread_id in taken]
+        try:
+            swept = yield from sweep_batch(self.store, scans, self.policy, now)
+        except Exception:
+            logger.exception("sweeping %d threads failed; the pass goes on", len(scans))
+            swept = [ThreadResult(head.thread_id, SweepOutcome.FAILED) for head in scans]
+        found = {result.thread_id: result for result in swept}
+        return [found.get(head.thread_id) or _busy(head) for head in heads]
+
+    def _prefetched(self, heads: list[ThreadHead]) -> Flow[dict[str, HeadFacts] | None]:
+        """The head facts of `heads` in one read where the store has one (each thread's
+        transaction re-checks them), else (or if it fails) None: each reads its own."""
+        read = self.store.batch_head_facts([head.thread_id for head in heads]) if heads else None
+        if read is None:
+            return None
+        try:
+            facts: dict[str, HeadFacts] = yield Run(read, Mode.READ)
+        except Exception as error:
+            logger.warning(
+                "reading %d heads at once failed (%r); each reads its own", len(heads), error
+            )
+            return None
+        return facts
+
+    def _handled(
+        self, head: ThreadHead, now: datetime, known: dict[str, HeadFacts] | None = None
+    ) -> Flow[ThreadResult]:
+        """The thread swept, under its lock (judged on `known` facts if given); a failure is
+        logged, and the pass goes on."""
         flow = sweep_thread(
-            self.store, head, self.policy, self.engine_policy, now, dry_run=self.dry_run
+            self.store,
+            head,
+            self.policy,
+            self.engine_policy,
+            now,
+            dry_run=self.dry_run,
+            known=known,
         )
         try:
             return self._remember_clones((yield from flow))
@@ -275,7 +283,8 @@ class RetentionSweeper:
             self.saver._reclaimed.remember((result.thread_id, ns, checkpoint_id), clone_id)
         return result
 
-    def _finish(self, run: _Pass, *, cancelled: bool) -> SweepPass:
+    def _finish(self, run: PassTally, *, cancelled: bool) -> SweepPass:
+        self._owed_since = self._timer()
         summary = run.summary(cancelled=cancelled)
         self.resume_after = summary.stopped_after
         self.last_pass = summary
@@ -298,7 +307,8 @@ class RetentionSweeper:
     def run_until(self, stop: threading.Event) -> None:
         """Run a pass every `interval` until `stop` is set (for a thread of its own).
 
-        A pass under way when `stop` is set ends after the thread it is on.
+        A pass under way when `stop` is set ends after the thread (or the batch of
+        threads deleted together) it is on.
         """
         self._stopping = stop
         while not stop.is_set():

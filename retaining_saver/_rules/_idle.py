@@ -28,6 +28,7 @@ _GREGORIAN_TO_UNIX_TICKS = 0x01B21DD213814000
 _UUID_HEX_LENGTH = 32
 _START_CHANNEL = "__start__"
 _TRIGGER_PREFIX = "branch:to:"
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class IdleVerdict(StrEnum):
@@ -50,32 +51,75 @@ class ThreadHead:
     oldest_id: str
 
 
-def checkpoint_time(checkpoint_id: str) -> datetime | None:
-    """When a uuid6 checkpoint id was made; None for an id of another kind."""
+def _uuid_ticks(checkpoint_id: str) -> int | None:
+    """A uuid6 checkpoint id's time in 100-ns ticks since the Gregorian epoch; None for an
+    id of another kind."""
     digits = checkpoint_id.replace("-", "")
     if len(digits) != _UUID_HEX_LENGTH or digits[12] != "6":
         return None
     try:
-        ticks = (int(digits[:12], 16) << 12) | int(digits[13:16], 16)
+        return (int(digits[:12], 16) << 12) | int(digits[13:16], 16)
     except ValueError:
+        return None
+
+
+def checkpoint_time(checkpoint_id: str) -> datetime | None:
+    """When a uuid6 checkpoint id was made; None for an id of another kind."""
+    ticks = _uuid_ticks(checkpoint_id)
+    if ticks is None:
         return None
     micros = (ticks - _GREGORIAN_TO_UNIX_TICKS) // 10
     try:
-        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+        return _UNIX_EPOCH + timedelta(microseconds=micros)
     except OverflowError:
         return None
 
 
+def _ticks_after(moment: datetime, age: timedelta) -> int:
+    """The least uuid time (in ticks) whose `checkpoint_time` is later than `moment - age`:
+    an id is at least `age` old at `moment` exactly when its time is below this."""
+    try:
+        micros = (moment - age - _UNIX_EPOCH) // timedelta(microseconds=1)
+    except OverflowError:  # before the year 1: no id is that old
+        return 0
+    return _GREGORIAN_TO_UNIX_TICKS + 10 * (micros + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class AgeBounds:
+    """`age_verdict` at one moment, for many threads: each age bound as the uuid time an
+    id must be below, so a thread is judged by comparing integers (a pass judges every
+    thread it scans).
+
+    Attributes:
+        idle_below: A newest id below this time is idle (`idle_for`).
+        born_below: An oldest id below this time is past `max_age` (None: no maximum).
+    """
+
+    idle_below: int
+    born_below: int | None
+
+    @classmethod
+    def at(cls, policy: IdleThreadPolicy, now: datetime) -> AgeBounds:
+        """The bounds of `policy` at `now`."""
+        born = None if policy.max_age is None else _ticks_after(now, policy.max_age)
+        return cls(_ticks_after(now, policy.idle_for), born)
+
+    def verdict(self, head: ThreadHead) -> IdleVerdict:
+        """`age_verdict` of `head` at these bounds' moment."""
+        newest, oldest = _uuid_ticks(head.newest_id), _uuid_ticks(head.oldest_id)
+        if newest is None or oldest is None:
+            return IdleVerdict.UNKNOWN_AGE
+        if newest < self.idle_below:
+            return IdleVerdict.EXPIRED
+        if self.born_below is not None and oldest < self.born_below:
+            return IdleVerdict.EXPIRED
+        return IdleVerdict.YOUNG
+
+
 def age_verdict(head: ThreadHead, policy: IdleThreadPolicy, now: datetime) -> IdleVerdict:
     """EXPIRED if the thread is idle (or past `max_age`) at `now`, by its ids alone."""
-    newest, oldest = checkpoint_time(head.newest_id), checkpoint_time(head.oldest_id)
-    if newest is None or oldest is None:
-        return IdleVerdict.UNKNOWN_AGE
-    if now - newest >= policy.idle_for:
-        return IdleVerdict.EXPIRED
-    if policy.max_age is not None and now - oldest >= policy.max_age:
-        return IdleVerdict.EXPIRED
-    return IdleVerdict.YOUNG
+    return AgeBounds.at(policy, now).verdict(head)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -36,8 +36,17 @@ class Held(StrEnum):
     CHANGED = "changed"
 
 
+Judged = tuple[str, str, int]
+"""A thread judged expired: its id, its newest root checkpoint's id and that one's pending
+writes (what a verdict was made on, and its transaction re-checks)."""
+
+
 class SweepStore(ABC):
     """The idle-thread scan, the per-thread lock and whole-thread deletion of one store."""
+
+    batch_size: ClassVar[int] = 1
+    """The most expired threads one transaction deletes (`delete_batch_unchanged`): above 1
+    where the store reads their heads and deletes them in one statement each."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -57,6 +66,11 @@ class SweepStore(ABC):
         than the saver's own read; None where the sweep must use the saver's read."""
         return None
 
+    def batch_head_facts(self, thread_ids: Sequence[str]) -> Op[dict[str, HeadFacts]] | None:
+        """`head_facts` of each of `thread_ids` that has a root checkpoint, by thread id, in
+        one operation; None where the sweep must use the saver's read of each."""
+        return None
+
     def lock_thread(self, thread_id: str) -> Op[bool]:
         """Try to take the thread for this transaction; False if another sweeper has it.
 
@@ -69,6 +83,18 @@ class SweepStore(ABC):
         """Take the thread and delete it whole if it is as judged (see `locked_act`): the
         checkpoints deleted, or why nothing was. A store may do it in fewer statements."""
         return delete_unchanged(self, thread_id, head_id, head_writes)
+
+    def delete_batch_unchanged(self, judged: Sequence[Judged]) -> Op[dict[str, int | Held]]:
+        """`delete_unchanged` of each of `judged`, in one transaction, by thread id.
+
+        Raises:
+            ThreadChanged: If a row of one of them is left after its deletion (a writer
+                committed one meanwhile); the transaction must roll back whole.
+        """
+        done: dict[str, int | Held] = {}
+        for thread_id, head_id, head_writes in judged:
+            done[thread_id] = yield from self.delete_unchanged(thread_id, head_id, head_writes)
+        return done
 
     @abstractmethod
     def delete_thread(self, thread_id: str) -> Op[int]:

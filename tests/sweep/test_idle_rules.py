@@ -32,6 +32,43 @@ def test_checkpoint_time_reads_a_uuid6_and_nothing_else() -> None:
     assert checkpoint_time("zzzzzzzz-zzzz-6zzz-zzzz-zzzzzzzzzzzz") is None
 
 
+def _id_at(moment: datetime, sub_micro: int = 0) -> str:
+    """A uuid6 id made at `moment`, `sub_micro` ticks (of 100 ns, below 10) past it."""
+    ticks = (moment - datetime(1582, 10, 15, tzinfo=UTC)) // timedelta(microseconds=1) * 10
+    ticks += sub_micro
+    digits = f"{ticks >> 12:012x}6{ticks & 0xFFF:03x}8000000000000000"
+    return str(uuid.UUID(digits))
+
+
+@pytest.mark.parametrize("max_age", [None, 30 * DAY])
+def test_age_bounds_are_the_datetime_reading_to_the_tick(max_age: timedelta | None) -> None:
+    """The integer bounds a pass judges by agree with ages read as datetimes, at and
+    around each bound, sub-microsecond ticks included."""
+    now = datetime(2026, 12, 5, 10, 0, 0, 123456, tzinfo=UTC)
+    policy = IdleThreadPolicy(7 * DAY, max_age=max_age)
+    near = [timedelta(microseconds=m) for m in (-2, -1, 0, 1, 2)]
+    young = _id_at(now - DAY)
+    for edge in (policy.idle_for, max_age or policy.idle_for):
+        for delta in near:
+            for sub in (0, 9):
+                checkpoint_id = _id_at(now - edge + delta, sub)
+                made = checkpoint_time(checkpoint_id)
+                assert made is not None and made == now - edge + delta
+                for scan in (
+                    ThreadHead("t", checkpoint_id, checkpoint_id),
+                    ThreadHead("t", young, checkpoint_id),
+                ):
+                    newest, oldest = (
+                        checkpoint_time(scan.newest_id),
+                        checkpoint_time(scan.oldest_id),
+                    )
+                    assert newest is not None and oldest is not None
+                    old = max_age is not None and now - oldest >= max_age
+                    expected = now - newest >= policy.idle_for or old
+                    verdict = age_verdict(scan, policy, now)
+                    assert (verdict is IdleVerdict.EXPIRED) is expected, (edge, delta, sub, scan)
+
+
 def _head(channels: frozenset[str] = frozenset(), writes: int = 0) -> HeadFacts:
     return HeadFacts(str(uuid6(clock_seq=1)), {"source": "loop"}, writes, channels)
 

@@ -178,10 +178,11 @@ def test_max_age_expires_a_thread_still_in_use(
         assert deleted == {*OLD, VETOED}  # no veto here; the young one is younger than max_age
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; a batch
 def test_a_failing_thread_is_counted_and_the_pass_goes_on(
-    request: pytest.FixtureRequest, clock: SweepClock, caplog: pytest.LogCaptureFixture
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _scene("sqlite", request, clock) as (saver, _, _):
+    with _scene(kind, request, clock) as (saver, _, _):
 
         def veto(info: ThreadInfo) -> bool:
             if info.thread_id == OLD[1]:
@@ -199,15 +200,18 @@ def test_a_failing_thread_is_counted_and_the_pass_goes_on(
         assert "veto service down" in caplog.text
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; a batch
 def test_a_thread_this_process_holds_is_skipped(
-    request: pytest.FixtureRequest, clock: SweepClock
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock
 ) -> None:
-    with _scene("sqlite", request, clock) as (saver, _, _):
+    with _scene(kind, request, clock) as (saver, _, _):
         sweeper = RetentionSweeper(saver, _policy(), clock=clock)
-        with saver._locks.hold(OLD[0]):
+        with saver._locks.hold(OLD[1]):
             done = sweeper.run_pass()
-        assert {r.thread_id: r.outcome for r in done.results}[OLD[0]] == SweepOutcome.BUSY
-        assert _rows(saver, OLD[0])
+        outcomes = {r.thread_id: r.outcome for r in done.results}
+        assert outcomes[OLD[1]] == SweepOutcome.BUSY
+        assert outcomes[OLD[0]] == outcomes[OLD[2]] == SweepOutcome.DELETED
+        assert _rows(saver, OLD[1])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -263,3 +267,67 @@ def test_a_retention_policy_strategy_runs_the_engine_on_idle_threads(
             assert len(_rows(saver, thread_id)) < len(before[thread_id])
             assert _same_tuple(saver.get_tuple(thread(thread_id)), heads[thread_id])
         assert _rows(saver, YOUNG) == before[YOUNG]
+
+
+def test_a_sweeper_rests_pace_times_its_work(
+    request: pytest.FixtureRequest, clock: SweepClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pace` rests after a page that found nothing to do, in proportion to its time; the
+    rest a page with idle threads earns comes before the next pass, so that a pass's
+    idle threads are handled without a pause. A timer that ticks 1 a reading stands in
+    for the clock."""
+    from retaining_saver._effects import Rest
+
+    rests: list[float] = []
+    monkeypatch.setattr(Rest, "perform", lambda self, performer: rests.append(self.seconds))
+    ticks = iter(range(1_000_000))
+    with _scene("memory", request, clock) as (saver, _, _):
+        for pace in (9, 0):
+            sweeper = RetentionSweeper(
+                saver, _policy(), page_size=1, pace=pace, dry_run=True, clock=clock
+            )
+            sweeper._timer = lambda: float(next(ticks))
+            for _ in range(2):
+                rests.clear()
+                sweeper.run_pass()
+                owed = [rests.pop(0)] if rests and len(rests) > len(ALL) + 1 else []
+                # One page a thread, by key: the old ones and the vetoed and interrupted
+                # ones (idle by their ids: handled), then the young one, then the end.
+                assert rests == [0.0] * 5 + [pace * 1.0] * 2
+                passes = sweeper.counters.passes
+                # The second pass first rests for the five pages with work of the first,
+                # less the tick between the two.
+                assert owed == ([5 * pace * 1.0 - 1] if passes == 2 and pace else [])
+
+
+@pytest.mark.parametrize(
+    ("pace", "error"), [(-1, ValueError), (float("nan"), ValueError), ("9", TypeError)]
+)
+def test_pace_is_a_number_at_least_zero(
+    pace: Any, error: type, request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    with _scene("memory", request, clock) as (saver, _, _), pytest.raises(error, match="pace"):
+        RetentionSweeper(saver, _policy(), pace=pace)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])  # a thread at a time; heads at once
+def test_a_stopped_pass_ends_after_the_thread_it_is_on(
+    kind: str, request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    """`run_until`'s stop, set while the first old thread is judged, ends the pass after
+    that thread (the old threads' heads were read together on Postgres); the next pass
+    resumes after it."""
+    with _scene(kind, request, clock) as (saver, before, _):
+        sweeper: RetentionSweeper | None = None
+
+        def veto(info: ThreadInfo) -> bool:
+            if info.thread_id == OLD[0] and sweeper is not None:
+                sweeper._stopping.set()
+            return False
+
+        policy = IdleThreadPolicy(IDLE_FOR, "keep_latest", keep_thread=veto)
+        sweeper = RetentionSweeper(saver, policy, clock=clock)
+        done = sweeper.run_pass()
+        assert done.cancelled and [r.thread_id for r in done.results] == [OLD[0]]
+        assert done.stopped_after == OLD[0] == sweeper.resume_after
+        assert _rows(saver, OLD[1]) == before[OLD[1]]
