@@ -1,11 +1,13 @@
 """`retaining-saver sweep`: the idle-thread TTL over a whole store, from a shell.
 
     retaining-saver sweep TARGET --idle-for 7d [--strategy delete|keep_latest]
-        [--max-age 90d] [--limit N] [--apply] [--json]
+        [--max-age 90d] [--limit N] [--pace P] [--apply] [--json]
 
 It walks every thread once (or until `--limit` idle threads were handled),
 as one `RetentionSweeper` would in passes of `PASS_LIMIT`; nothing changes
 without `--apply`. Durations are as everywhere on the command line: `7d`, `12h`, `30m`, `1d12h`.
+A command is a job that should end: it sweeps flat out (`--pace 0`) unless told to share
+the database with live runs (`--pace 9`, the service's default, works a tenth of the time).
 """
 
 from __future__ import annotations
@@ -47,7 +49,25 @@ def add_sweep_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--limit", type=options.positive, metavar="N", help="handle at most N idle threads"
     )
+    sub.add_argument(
+        "--pace",
+        type=pace,
+        default=0.0,
+        metavar="P",
+        help="rest P times as long as it works (default 0: flat out; 9: a tenth of the time)",
+    )
     sub.add_argument("--apply", action="store_true", help="really delete")
+
+
+def pace(text: str) -> float:
+    """`--pace`: a number, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
 
 
 def run_sweep(store: Store, args: argparse.Namespace, doc: Doc) -> None:
@@ -66,7 +86,11 @@ def run_sweep(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         threads=threads,
     )
     sweeper = RetentionSweeper(
-        store.saver, policy, sweep_limit=min(PASS_LIMIT, args.limit or PASS_LIMIT), dry_run=dry_run
+        store.saver,
+        policy,
+        sweep_limit=min(PASS_LIMIT, args.limit or PASS_LIMIT),
+        dry_run=dry_run,
+        pace=args.pace,
     )
     progress = Progress(Progress.of(args).shown, label="sweep passes")
     for done in progress.over(_passes(sweeper, args.limit), total=None):

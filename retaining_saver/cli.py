@@ -7,6 +7,7 @@
     retaining-saver compact TARGET [--min-free-ratio R] [--apply]
     retaining-saver index   TARGET
     retaining-saver sweep   TARGET --idle-for AGE [--strategy S] [--max-age AGE] [--limit N]
+                            [--pace P]
     retaining-saver demo    [--turns N] [--keep PATH]
 
     TARGET  sqlite:///PATH, postgresql://... or postgres://... (or --target URL),

@@ -81,3 +81,21 @@ def test_sweep_is_a_dry_run_until_apply(
 def test_sweep_refuses_a_bad_duration(sqlite_path: str) -> None:
     code, _, err = _sweep(f"sqlite:///{sqlite_path}", "--idle-for", "7 days")
     assert code == 2 and "--idle-for" in err and "7d" in err
+
+
+@pytest.mark.parametrize("bad", ["-1", "inf", "fast"])
+def test_sweep_refuses_a_bad_pace(sqlite_path: str, bad: str) -> None:
+    code, _, err = _sweep(f"sqlite:///{sqlite_path}", "--idle-for", "7d", f"--pace={bad}")
+    assert code == 2 and "--pace" in err and bad in err
+
+
+def test_sweep_takes_a_pace(sqlite_path: str) -> None:
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with sqlite3.connect(sqlite_path) as conn:
+        SqliteSaver(conn).setup()
+    code, doc, err = _sweep(f"sqlite:///{sqlite_path}", "--idle-for", "7d", "--pace", "9", "--json")
+    assert code == 0, err
+    assert doc["dry_run"]
