@@ -40,8 +40,9 @@ def capped(
     """
     if room is None:
         return list(history.units), []
+    units = list(history.units)
     taken: list[HistoryUnit] = []
-    for index, unit in enumerate(history.units):
+    for index, unit in enumerate(units):
         if len(unit.deletions) <= room:
             taken.append(unit)
             room -= len(unit.deletions)
@@ -53,24 +54,26 @@ def capped(
             part = newest_part(history, unit, room, past_the_cap=True) or unit
         done = set() if part is None else {_key(d) for d in part.deletions}
         rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
-        return [*taken, *([part] if part else [])], [rest, *history.units[index + 1 :]]
+        return [*taken, *([part] if part else [])], [rest, *units[index + 1 :]]
     return taken, []
 
 
 def newest_part(
     history: _History, unit: HistoryUnit, room: int, *, past_the_cap: bool = False
 ) -> HistoryUnit | None:
-    """The largest prefix of `unit`'s deletions in its lead namespace (the root's, if it
-    has any), with the subgraph checkpoints written under them, that fits in `room` and
-    leaves every checkpoint still to go on its parent; None if none does. With
-    `past_the_cap`, the smallest such prefix, whatever its size.
+    """The largest part of `unit`'s deletions in its lead namespace (the root's, if it
+    has any), newest first, with the subgraph checkpoints written under them, that fits
+    in `room` and leaves every checkpoint still to go loading as before; None if none
+    does. With `past_the_cap`, the smallest such part, whatever its size.
 
-    A unit's deletions run children first, so such a prefix holds the branches of
-    its stretch, then the stretch's newest checkpoints.
+    A child is newer than its parent, so such a part never leaves a checkpoint still
+    to go without its parent, unless the part makes it a root or grafts it.
     """
     keys = [_key(d) for d in unit.deletions]
     lead = ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
-    order = [k for k in keys if k[0] == lead]
+    # Newest first (ids are time-ordered, and a child is newer than its parent): what a
+    # fork from a checkpoint still to go loads was written before it.
+    order = sorted((k for k in keys if k[0] == lead), key=lambda k: k[1], reverse=True)
     sizes = range(1, len(order) + 1) if past_the_cap else range(min(room, len(order)), 0, -1)
     for size in sizes:
         chosen = set(order[:size])

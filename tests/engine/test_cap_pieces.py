@@ -102,8 +102,8 @@ def test_a_value_stored_whole_at_the_new_root_needs_no_namer() -> None:
     thread = Thread()
     top = thread.add(None, metadata={**INPUT, DELTA_METADATA_KEY: COUNT})
     namer = thread.add(None, ns="sub", bump=("sub_state",), metadata={DELTA_METADATA_KEY: COUNT})
-    head = thread.add(thread.add(top), metadata={"source": "update"})
     thread.add(namer, ns="sub", bump=("sub_state",), metadata={})
+    head = thread.add(thread.add(top))
     for key in thread.nodes:
         thread.change(key[1], ns=key[0], stored=frozenset({"messages"} if not key[0] else ()))
     thread.change(head, stored=frozenset())
