@@ -11,9 +11,9 @@ and the next pass finds a shorter stretch.
 Some pieces cannot be split: a root checkpoint with the subgraph checkpoints written
 under it, a checkpoint that owns writes with the removed checkpoints below it. A pass
 that could delete nothing within the cap deletes the smallest such piece whole, past
-the cap: the cap bounds a pass's work by `max(cap, one piece)`, a piece being one
-super-step's checkpoints, never the thread's length, and repeated capped passes always
-reach what one uncapped pass deletes.
+the cap: the cap bounds a pass's work by `max(cap, one piece)`, a piece being at most
+one run's checkpoints (a run's last checkpoint owns no writes), never the thread's
+length, and repeated capped passes always reach what one uncapped pass deletes.
 """
 
 from __future__ import annotations
