@@ -9,7 +9,7 @@ same shape, so a checkpoint of one is matched to the other's by its position in
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypedDict
@@ -292,3 +292,17 @@ class Twins:
 def ts_of(twins: Twins, checkpoint_id: str) -> datetime:
     """When the kept thread's checkpoint was written."""
     return datetime.fromisoformat(twins.state(KEPT, checkpoint_id).created_at)
+
+
+def root_chains(
+    deleted: Collection[tuple[str, str]], parents: Mapping[tuple[str, str], str | None]
+) -> int:
+    """How many chains the deleted root-namespace checkpoints form: those whose parent
+    (by `parents`, keyed like `deleted` by (namespace, id)) is not deleted with them.
+
+    A pass deletes past its cap only when nothing else fits, and then one piece
+    (`_rules/_cap.py`): one chain of root checkpoints, with the subgraph checkpoints
+    written under them, so a pass past its cap has exactly one.
+    """
+    roots = [key for key in deleted if not key[0]]
+    return sum(1 for key in roots if ("", parents[key]) not in deleted)

@@ -108,8 +108,11 @@ def _leaves_parents(
         if key in chosen or parent not in chosen:
             continue
         node = nodes[key]
-        pre_v4 = node.format_version is not None and node.format_version < 4
-        if key not in moved or history._unstored(node) or (pre_v4 and nodes[parent].write_count):
+        if (
+            key not in moved
+            or history._unstored(node)
+            or (node.is_pre_v4 and nodes[parent].write_count)
+        ):
             return False
     return True
 
@@ -144,8 +147,7 @@ def _replanned(history: _History, chosen: set[NodeKey]) -> HistoryUnit | None:
     for graft in merged.grafts:
         child = nodes[(graft.checkpoint_ns, graft.child_id)]
         parent = nodes[(graft.checkpoint_ns, graft.new_parent_id)]
-        pre_v4 = child.format_version is not None and child.format_version < 4
-        if pre_v4 and parent.write_count:
+        if child.is_pre_v4 and parent.write_count:
             return None
     return merged
 

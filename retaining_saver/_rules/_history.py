@@ -81,10 +81,7 @@ class _History(_AncestorReads):
         self.units: list[HistoryUnit] = []
         self.materialise: dict[NodeKey, tuple[str, ...]] = {}
         self.delta = delta_channels(self.lineage)
-        self.pre_v4 = any(
-            n.format_version is not None and n.format_version < 4
-            for n in self.lineage.nodes.values()
-        )
+        self.pre_v4 = any(n.is_pre_v4 for n in self.lineage.nodes.values())
         self.unnamed_delta = any(
             DELTA_UNNAMED_KEY in n.metadata for n in self.lineage.nodes.values()
         )

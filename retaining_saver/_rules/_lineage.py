@@ -78,6 +78,12 @@ class CheckpointNode:
     stored: frozenset[str] | None = None
     format_version: int | None = None
 
+    @property
+    def is_pre_v4(self) -> bool:
+        """Whether its format is known and below 4: the saver's read then migrates its
+        pending sends from its parent's writes, so that parent is part of its state."""
+        return self.format_version is not None and self.format_version < 4
+
     @staticmethod
     def format_version_of(value: Any) -> int | None:
         """A stored checkpoint's `v` (an int, or its decimal text) as `format_version`; None

@@ -160,7 +160,7 @@ class _AncestorReads:
         for key in sorted(self.ns_scope - removed.keys()):
             node = self.lineage.nodes[key]
             parent = self.lineage.parent(node)
-            if node.format_version is None or node.format_version >= 4 or parent is None:
+            if not node.is_pre_v4 or parent is None:
                 continue
             parent_key = (parent.checkpoint_ns, parent.checkpoint_id)
             if parent_key not in removed:

@@ -180,7 +180,7 @@ def _sends_of_kept(lineage: Lineage, doomed: set[NodeKey]) -> dict[NodeKey, Prot
     parent owns writes."""
     found: dict[NodeKey, Protection] = {}
     for key, node in lineage.nodes.items():
-        if key in doomed or node.format_version is None or node.format_version >= 4:
+        if key in doomed or not node.is_pre_v4:
             continue
         parent = lineage.parent(node)
         if parent is None or not _parent_doomed(node, doomed):

@@ -68,7 +68,13 @@ class SqlitePlans(SqlBackend):
         """One guarded statement each: in process, there is no round trip to save."""
         changed = 0
         for ns, child_id, old, new in changes:
-            params = (new, str(thread_id), ns, child_id, old)
+            params = {
+                "new_parent": new,
+                "thread_id": str(thread_id),
+                "checkpoint_ns": ns,
+                "checkpoint_id": child_id,
+                "old_parent": old,
+            }
             changed += len((yield Statement(SET_PARENT_GUARDED_SQL, params)))
         return changed
 
@@ -77,7 +83,14 @@ class SqlitePlans(SqlBackend):
         deleted = 0
         for ns, checkpoint_id, parent, consumed in rows:
             key = (str(thread_id), ns, checkpoint_id)
-            if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, (*key, parent, consumed))):
+            guarded = {
+                "thread_id": key[0],
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "parent": parent,
+                "consumed": consumed,
+            }
+            if (yield Statement(DELETE_CHECKPOINT_GUARDED_SQL, guarded)):
                 yield Statement(DELETE_WRITES_SQL, key)
                 deleted += 1
         return deleted

@@ -215,10 +215,11 @@ ORDER BY task_id, idx
 
 DELETE_WRITE_SQL = """
 DELETE FROM writes
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3 AND task_id = ?4 AND idx = ?5
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?
     AND NOT EXISTS ( -- check: childless
-        SELECT 1 FROM checkpoints
-        WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND parent_checkpoint_id = ?3
+        SELECT 1 FROM checkpoints AS c
+        WHERE c.thread_id = writes.thread_id AND c.checkpoint_ns = writes.checkpoint_ns
+            AND c.parent_checkpoint_id = writes.checkpoint_id
     )
 RETURNING idx
 """

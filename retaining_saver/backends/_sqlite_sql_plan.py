@@ -10,26 +10,30 @@ from __future__ import annotations
 # A plan's re-parenting and deletions, each guarded by what it proved (see `_apply`):
 # the parent it has, the new parent still there; no child left, no writes unless consumed.
 SET_PARENT_GUARDED_SQL = """
-UPDATE checkpoints SET parent_checkpoint_id = ?1
-WHERE thread_id = ?2 AND checkpoint_ns = ?3 AND checkpoint_id = ?4 AND parent_checkpoint_id = ?5
-    AND (?1 IS NULL OR EXISTS (
+UPDATE checkpoints SET parent_checkpoint_id = :new_parent
+WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns AND checkpoint_id = :checkpoint_id
+    AND parent_checkpoint_id = :old_parent
+    AND (:new_parent IS NULL OR EXISTS (
         SELECT 1 FROM checkpoints AS p
-        WHERE p.thread_id = ?2 AND p.checkpoint_ns = ?3 AND p.checkpoint_id = ?1
+        WHERE p.thread_id = :thread_id AND p.checkpoint_ns = :checkpoint_ns
+            AND p.checkpoint_id = :new_parent
     ))
 RETURNING checkpoint_id
 """
 
 DELETE_CHECKPOINT_GUARDED_SQL = """
 DELETE FROM checkpoints
-WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
-    AND parent_checkpoint_id IS ?4 -- check: parent-as-proven
+WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns AND checkpoint_id = :checkpoint_id
+    AND parent_checkpoint_id IS :parent -- check: parent-as-proven
     AND NOT EXISTS ( -- check: childless
         SELECT 1 FROM checkpoints AS k
-        WHERE k.thread_id = ?1 AND k.checkpoint_ns = ?2 AND k.parent_checkpoint_id = ?3
+        WHERE k.thread_id = :thread_id AND k.checkpoint_ns = :checkpoint_ns
+            AND k.parent_checkpoint_id = :checkpoint_id
     )
-    AND (?5 OR NOT EXISTS ( -- check: no-pending-writes
+    AND (:consumed OR NOT EXISTS ( -- check: no-pending-writes
         SELECT 1 FROM writes AS w
-        WHERE w.thread_id = ?1 AND w.checkpoint_ns = ?2 AND w.checkpoint_id = ?3
+        WHERE w.thread_id = :thread_id AND w.checkpoint_ns = :checkpoint_ns
+            AND w.checkpoint_id = :checkpoint_id
     ))
 RETURNING checkpoint_id
 """
@@ -46,21 +50,21 @@ WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
 
 # Statistics: a channel's bytes are measured by decoding each payload, a page at a
 # time (`_sqlite_stats`); writes name their channel in a column. The named
-# checkpoints are bound as one JSON array of [ns, id] pairs (?2).
+# checkpoints are bound as one JSON array of [ns, id] pairs (`:named`).
 SELECT_GONE_STATS_SQL = """
 WITH named AS (
     SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
-    FROM json_each(?2)
+    FROM json_each(:named)
 )
 SELECT 'checkpoints' AS table_name, COUNT(*) AS row_count,
     COALESCE(SUM(COALESCE(LENGTH(c.checkpoint), 0) + COALESCE(LENGTH(c.metadata), 0)), 0)
         AS byte_count
 FROM checkpoints AS c JOIN named ON c.checkpoint_ns = named.ns AND c.checkpoint_id = named.id
-WHERE c.thread_id = ?1
+WHERE c.thread_id = :thread_id
 UNION ALL
 SELECT 'writes', COUNT(*), COALESCE(SUM(LENGTH(w.value)), 0)
 FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = named.id
-WHERE w.thread_id = ?1
+WHERE w.thread_id = :thread_id
 """
 
 # `SELECT_GONE_STATS_SQL` per channel: the named checkpoints' writes, and their
@@ -68,22 +72,22 @@ WHERE w.thread_id = ?1
 SELECT_GONE_CHANNEL_WRITES_SQL = """
 WITH named AS (
     SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
-    FROM json_each(?2)
+    FROM json_each(:named)
 )
 SELECT w.channel, COUNT(*) AS row_count, COALESCE(SUM(LENGTH(w.value)), 0) AS byte_count
 FROM writes AS w JOIN named ON w.checkpoint_ns = named.ns AND w.checkpoint_id = named.id
-WHERE w.thread_id = ?1
+WHERE w.thread_id = :thread_id
 GROUP BY w.channel
 """
 
 SELECT_NAMED_PAYLOADS_SQL = """
 WITH named AS (
     SELECT json_extract(value, '$[0]') AS ns, json_extract(value, '$[1]') AS id
-    FROM json_each(?2)
+    FROM json_each(:named)
 )
 SELECT c.type, c.checkpoint
 FROM checkpoints AS c JOIN named ON c.checkpoint_ns = named.ns AND c.checkpoint_id = named.id
-WHERE c.thread_id = ?1
+WHERE c.thread_id = :thread_id
 """
 
 SELECT_THREAD_CHANNEL_WRITES_SQL = """
@@ -99,16 +103,16 @@ FROM writes  GROUP BY channel
 # Keyset pages of payloads: past the last row of the previous page, in primary key order.
 SELECT_THREAD_PAYLOAD_PAGE_SQL = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
-WHERE thread_id = ?1 AND (checkpoint_ns, checkpoint_id) > (?2, ?3)
+WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) > (?, ?)
 ORDER BY checkpoint_ns, checkpoint_id
-LIMIT ?4
+LIMIT ?
 """
 
 SELECT_STORE_PAYLOAD_PAGE_SQL = """
 SELECT thread_id, checkpoint_ns, checkpoint_id, type, checkpoint FROM checkpoints
-WHERE (thread_id, checkpoint_ns, checkpoint_id) > (?1, ?2, ?3)
+WHERE (thread_id, checkpoint_ns, checkpoint_id) > (?, ?, ?)
 ORDER BY thread_id, checkpoint_ns, checkpoint_id
-LIMIT ?4
+LIMIT ?
 """
 
 SELECT_TOP_THREADS_SQL = """

@@ -38,7 +38,7 @@ class SqliteStats(SqlBackend):
         self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]
     ) -> Op[dict[str, TableStats]]:
         named = json.dumps([list(key) for key in checkpoints])
-        rows = yield Statement(SELECT_GONE_STATS_SQL, (str(thread_id), named))
+        rows = yield Statement(SELECT_GONE_STATS_SQL, {"thread_id": str(thread_id), "named": named})
         return {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
 
     def channel_stats(self, thread_id: str | None) -> Op[dict[str, ChannelStats]]:
@@ -56,10 +56,12 @@ class SqliteStats(SqlBackend):
         found: dict[str, ChannelStats] = {}
         for start in range(0, len(checkpoints), PAYLOAD_PAGE):
             named = json.dumps([list(key) for key in checkpoints[start : start + PAYLOAD_PAGE]])
-            for row in (yield Statement(SELECT_NAMED_PAYLOADS_SQL, (str(thread_id), named))):
+            params = {"thread_id": str(thread_id), "named": named}
+            for row in (yield Statement(SELECT_NAMED_PAYLOADS_SQL, params)):
                 self._count_values(row, found)
         named = json.dumps([list(key) for key in checkpoints])
-        writes = yield Statement(SELECT_GONE_CHANNEL_WRITES_SQL, (str(thread_id), named))
+        params = {"thread_id": str(thread_id), "named": named}
+        writes = yield Statement(SELECT_GONE_CHANNEL_WRITES_SQL, params)
         return _with_writes(found, writes)
 
     def _count_payloads(self, thread_id: str | None, found: dict[str, ChannelStats]) -> Op[None]:

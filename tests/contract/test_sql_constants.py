@@ -81,6 +81,34 @@ def test_a_store_sql_modules_hold_only_named_literals(kind: str) -> None:
         assert _LOOKS_LIKE_SQL.match(text.upper()), f"{name} does not read as a statement"
 
 
+# sqlite3 placeholders: `?` binds from a sequence, in order; `:name` from a mapping. A
+# numbered `?1` is a named placeholder to sqlite3, so binding it from a sequence warns
+# from Python 3.12 and raises from 3.14.
+_SQLITE_NUMBERED = re.compile(r"\?\d")
+_SQLITE_NAMED = re.compile(r"(?<![:\w]):[A-Za-z_]\w*")
+_SQLITE_QMARK = re.compile(r"\?(?!\d)")
+
+
+def sqlite_placeholder_faults(constants: dict[str, str]) -> list[str]:
+    """The SQLite statements that bind by number, or mix `?` with `:name`."""
+    faults = []
+    for name, text in constants.items():
+        if _SQLITE_NUMBERED.search(text):
+            faults.append(f"{name}: a numbered placeholder (`?1`)")
+        elif _SQLITE_NAMED.search(text) and _SQLITE_QMARK.search(text):
+            faults.append(f"{name}: both `?` and `:name` placeholders")
+    return faults
+
+
+def test_sqlite_statements_bind_by_position_or_by_name_never_by_number() -> None:
+    """Python 3.14's sqlite3 refuses a sequence bound to `?1`; every SQLite statement binds
+    with plain `?` from a sequence or with `:name` from a mapping."""
+    assert sqlite_placeholder_faults(_store_constants("sqlite")) == []
+    planted = {"X_SQL": "SELECT 1 WHERE a = ?1", "Y_SQL": "SELECT 1 WHERE a = ? AND b = :b"}
+    assert len(sqlite_placeholder_faults(planted)) == 2
+    assert sqlite_placeholder_faults({"Z_SQL": "SELECT '12:30', x::text WHERE a = :a"}) == []
+
+
 def _spliced(node: ast.AST) -> bool:
     """Whether `node` builds a string from parts: `+`/`%` on strings, an f-string, or a
     `.format`/`.replace`/`.join` call on a literal or a `*_SQL` name."""

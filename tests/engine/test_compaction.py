@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from compaction_kit import KEPT, SHAPES, TWIN, Shape, Twins, history_ids, ts_of
+from compaction_kit import KEPT, SHAPES, TWIN, Shape, Twins, history_ids, root_chains, ts_of
 from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.channels import DeltaChannel
@@ -677,7 +677,5 @@ def test_every_root_and_graft_closes_a_removed_stretch(s: Scenario) -> None:
         assert (root.checkpoint_ns, root.checkpoint_id) not in deleted
     cap = s.policy.max_delete_per_run
     if cap is not None and len(plan.deletions) > cap:
-        # Past the cap only when nothing fit (`_rules/_cap.py`): one piece, a chain of
-        # root checkpoints (one top) with the subgraph checkpoints under them.
-        roots = {d.checkpoint_id: d.parent_id for d in plan.deletions if not d.checkpoint_ns}
-        assert cap > 0 and len([c for c, p in roots.items() if p not in roots]) == 1
+        parents = {(d.checkpoint_ns, d.checkpoint_id): d.parent_id for d in plan.deletions}
+        assert cap > 0 and root_chains(deleted, parents) == 1

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from compaction_kit import memory_graph
+from compaction_kit import memory_graph, root_chains
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -111,10 +111,7 @@ class HistoryMachine(RuleBasedStateMachine):
             report = wrapped.enforce_thread_retention(self.kept, policy, now=LATER)
             cap = policy.max_delete_per_run
             if cap is not None and len(report.deleted) > cap:
-                # Past the cap only when nothing fit: one piece, a chain of root
-                # checkpoints (one top) with the subgraph checkpoints under them.
-                roots = [k for k in report.deleted if not k[0]]
-                assert len([k for k in roots if ("", parents[k]) not in report.deleted]) == 1
+                assert root_chains(report.deleted, parents) == 1
         self.fork_from_a_kept_checkpoint(0)  # the oldest kept: what the pass cut above
 
     @rule()
