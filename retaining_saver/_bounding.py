@@ -30,6 +30,7 @@ changed its own row (made it a root, re-parented it, stored its values whole).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from retaining_saver._rules import (
     Skip,
     split_runs,
 )
+from retaining_saver._rules._ages import next_age_crossing
 from retaining_saver._rules._recheck import Applied
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
@@ -78,8 +80,17 @@ HISTORY_FAILED = "history-failed"
 UNSETTLED = -1
 """A room after a pass that left work for later: every admission is due."""
 
+UNTIL_AGED = sys.maxsize
+"""A room after a pass that kept young runs beyond the horizon: a new run pushes out only
+younger ones, so only time (the room's `due_at`) makes the next pass due."""
+
 _WAITING = frozenset({Protection.TOO_YOUNG, Protection.YOUNG_PARENT})
 """What a later pass may delete with no new run: the same checkpoints, once older."""
+
+
+def _utc_now() -> datetime:
+    """What "now" is for admission's pass (tests set it through this module)."""
+    return datetime.now(UTC)
 
 
 def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> RetentionPolicy | None:
@@ -120,48 +131,62 @@ def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> Retent
 class _Room:
     left: int
     head_id: str | None
+    due_at: datetime | None = None
 
 
 class Rooms:
     """Per thread, whether an admission may skip the history pass, without a read.
 
     After a pass that left the root head line `k` runs under a horizon of `N`,
-    `N + slack_runs(N) - k` more admissions may: each adds at most one run (a run
-    without new input adds none). An admission that finds the head it found last time
-    (nothing written since) may too. A thread it does not know (first seen,
-    or forgotten) is due, and so is every admission after a pass that left
-    work for later (`UNSETTLED`). Runs another process adds are not counted
-    here; that process's own admissions bound them.
+    `N + slack_runs(N) - k` more admissions may (`slack_runs(N)` where more than `N`
+    runs stay, protected): each adds at most one run (a run without new input adds
+    none). An admission that finds the head it found last time (nothing written
+    since) may too. A pass that kept checkpoints for their age is due again once
+    the first of them is old (`due_at`, `next_age_crossing`), and not before when
+    it kept young runs beyond the horizon (`UNTIL_AGED`). A thread it does not
+    know (first seen, or forgotten) is due, and so is every admission after a pass
+    that left work for later (`UNSETTLED`). Runs another process adds are not
+    counted here; that process's own admissions bound them.
     """
 
     def __init__(self) -> None:
         self._rooms: BoundedLru[str, _Room] = BoundedLru(ROOMS_TRACKED)
         self._lock = threading.Lock()
 
-    def due(self, thread_id: str, head_id: str | None) -> bool:
-        """Whether this admission, at `head_id`, runs the pass; if not, the room it used
-        is taken."""
+    def due(self, thread_id: str, head_id: str | None, now: datetime) -> bool:
+        """Whether this admission, at `head_id` and `now`, runs the pass; if not, the room
+        it used is taken."""
         with self._lock:
             room = self._rooms.get(thread_id)
-            if room is None or room.left < 0 or (room.head_id != head_id and not room.left):
+            if room is None or not _skips(room, head_id, now):
                 return True
             if room.head_id != head_id:
-                self._rooms.put(thread_id, _Room(room.left - 1, head_id))
+                taken = dataclasses.replace(room, left=room.left - 1, head_id=head_id)
+                self._rooms.put(thread_id, taken)
             return False
 
-    def would_skip(self, thread_id: str, head_id: str | None) -> bool:
+    def would_skip(self, thread_id: str, head_id: str | None, now: datetime) -> bool:
         """`not due(...)`, without counting the admission."""
         with self._lock:
             room = self._rooms.get(thread_id)
-        return room is not None and room.left >= 0 and (room.head_id == head_id or room.left > 0)
+        return room is not None and _skips(room, head_id, now)
 
-    def left(self, thread_id: str, left: int, head_id: str | None) -> None:
+    def left(
+        self, thread_id: str, left: int, head_id: str | None, due_at: datetime | None = None
+    ) -> None:
         with self._lock:
-            self._rooms.put(thread_id, _Room(left, head_id))
+            self._rooms.put(thread_id, _Room(left, head_id, due_at))
 
     def forget(self, thread_id: str) -> None:
         with self._lock:
             self._rooms.pop(thread_id)
+
+
+def _skips(room: _Room, head_id: str | None, now: datetime) -> bool:
+    """Whether `room` lets an admission at `head_id` and `now` skip the pass."""
+    if room.left < 0 or (room.due_at is not None and now >= room.due_at):
+        return False
+    return room.head_id == head_id or room.left > 0
 
 
 def slack_runs(horizon: int) -> int:
@@ -180,21 +205,37 @@ def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[Checkpoin
     return split_runs(line[::-1])
 
 
-def room_left(lineage: Lineage, plan: Plan, applied: Applied, policy: RetentionPolicy) -> int:
+def room_left(
+    lineage: Lineage,
+    plan: Plan,
+    applied: Applied,
+    policy: RetentionPolicy,
+    due_at: datetime | None = None,
+    run_kept: bool = False,
+) -> int:
     """How many admissions that add a run may skip the pass after this one, the slack
-    included (see `Rooms`); `UNSETTLED` if the pass may have left work for later: deferred or
-    dropped deletions, checkpoints kept only while they are young, or more runs
-    than the horizon."""
+    included (see `Rooms`); `UNSETTLED` if the pass left work for later (deferred or
+    dropped deletions); `UNTIL_AGED` if it kept young runs beyond the horizon and one of
+    its checkpoints grows old at `due_at` (`next_age_crossing`), which then makes the
+    next pass due. `run_kept`: the pass kept the ids its run addresses, which the next
+    run's pass no longer keeps."""
     horizon = policy.history_keep_runs
-    if plan.deferred or applied.dropped or _WAITING.intersection(plan.kept.values()):
+    if plan.deferred or applied.dropped:
         return UNSETTLED
     if horizon is None:
         return 0
     gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
     runs = head_line_runs(lineage, plan.heads.get(""))
     kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
-    # More runs than the horizon: a capped pass left the rest, or kept runs.
-    return horizon + slack_runs(horizon) - kept if kept <= horizon else UNSETTLED
+    if kept <= horizon:
+        return horizon + slack_runs(horizon) - kept
+    # More runs than the horizon stay, protected. Young ones are the newest past it, so
+    # every run a new one pushes out is younger still: nothing goes until one is old.
+    # Runs kept for good (pending writes, fork memory, explicit ids) leave the slack.
+    # (A checkpoint of unknown age is young for ever, and proves nothing of the others.)
+    if _WAITING.intersection(plan.kept.values()) and due_at is not None:
+        return UNTIL_AGED
+    return UNSETTLED if run_kept else slack_runs(horizon)
 
 
 class BoundingMixin:
@@ -214,9 +255,10 @@ class BoundingMixin:
         if self.retention is None or self._backend is None:
             return False
         head_id = head.checkpoint["id"] if head is not None else None
-        if not self._rooms.would_skip(thread_id, head_id):
+        now = _utc_now()
+        if not self._rooms.would_skip(thread_id, head_id, now):
             return True
-        self._rooms.due(thread_id, head_id)
+        self._rooms.due(thread_id, head_id, now)
         self._accounts.count("history_skipped")
         return False
 
@@ -253,7 +295,8 @@ class BoundingMixin:
         policy, backend, thread_id = self.retention, self._backend, result.thread_id
         if policy is None or backend is None or self._accounts.waiting():
             return result, frozenset()
-        if not self._rooms.due(thread_id, result.head_id):
+        now = _utc_now()
+        if not self._rooms.due(thread_id, result.head_id, now):
             self._accounts.count("history_skipped")
             return result, frozenset()
         if result.skipped is Skip.EMPTY_THREAD:
@@ -266,7 +309,7 @@ class BoundingMixin:
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
         self._accounts.count("history_passes")
         try:
-            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC))
+            flow = planned_pass(thread_id, backend, policy, now)
             lineage, plan, applied = yield from flow
         except Exception as error:
             self._rooms.forget(thread_id)
@@ -284,7 +327,9 @@ class BoundingMixin:
             return result, frozenset()
         if keeps_delta_walks(plan, policy):
             self._accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
-        self._rooms.left(thread_id, room_left(lineage, plan, applied, policy), result.head_id)
+        due_at = next_age_crossing(lineage, policy, now)
+        left = room_left(lineage, plan, applied, policy, due_at, run_kept=bool(protected))
+        self._rooms.left(thread_id, left, result.head_id, due_at)
         deleted = self._remember_history_deletions(thread_id, applied)
         return dataclasses.replace(result, history_reclaimed=deleted), _changed_rows(applied)
 
