@@ -296,10 +296,10 @@ class RetainingSaver(
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return drive(self._get_tuple(config), self._performer)
+        return self._resumes.seen(drive(self._get_tuple(config), self._performer))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await adrive(self._get_tuple(config), self._performer)
+        return self._resumes.seen(await adrive(self._get_tuple(config), self._performer))
 
     def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """`get_tuple` and `aget_tuple`, written once."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +25,7 @@ from retaining_saver._effects import Flow, Mode, Performer, Run, adrive, drive
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
+from retaining_saver._resumes import ResumeNotes
 from retaining_saver._rules import Skip
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
@@ -93,7 +95,7 @@ class WritesMixin(DelegatingSaver):
         if (thread_id := self._lockable(config)) is None:
             return super().put_writes(config, writes, task_id, task_path)
         with self._locks.hold(thread_id):
-            config = drive(self._landing(thread_id, config, checkpoint=False), self._performer)
+            config = drive(self._writes_landing(thread_id, config), self._performer)
             super().put_writes(config, writes, task_id, task_path)
         self._account_taken()
 
@@ -107,10 +109,15 @@ class WritesMixin(DelegatingSaver):
         if (thread_id := self._lockable(config)) is None:
             return await super().aput_writes(config, writes, task_id, task_path)
         async with self._locks.ahold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=False)
+            flow = self._writes_landing(thread_id, config)
             config = await adrive(flow, self._performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._account_taken()
+
+    @cached_property
+    def _resumes(self) -> ResumeNotes:
+        """Which run made each checkpoint a read returned, and the resumes recorded."""
+        return ResumeNotes()
 
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
@@ -168,6 +175,21 @@ class WritesMixin(DelegatingSaver):
         if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
             return (yield from self._reclaim_then_land(thread_id, config))
         return config  # writes elsewhere leave the stamp the head
+
+    def _writes_landing(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
+        """Where writes land (`_landing`), and, at a run's first write on a checkpoint it
+        did not make, its entry in the resume ledger: the checkpoint's writes rows as
+        they are before it (see `_resumes`)."""
+        config = yield from self._landing(thread_id, config, checkpoint=False)
+        if (resume := self._resumes.first_write(config)) is None or self._backend is None:
+            return config
+        try:
+            yield Run(self._backend.note_resume(thread_id, *resume), Mode.WRITE)
+        except Exception as error:  # the write goes on; its rollback falls back to the store
+            logger.warning("could not record the resume of thread %s: %r", thread_id, error)
+        else:
+            self._resumes.noted(thread_id, resume)
+        return config
 
     def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
         admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))

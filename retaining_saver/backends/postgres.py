@@ -86,10 +86,23 @@ from retaining_saver.backends._postgres_sql import (
     SELECT_WRITE_ROWS_SQL,
     UPSERT_RECLAIMED_SQL,
 )
+from retaining_saver.backends._postgres_sql_resumes import (
+    COPY_RESUMED_SQL,
+    CREATE_RESUMED_TABLE_SQL,
+    DELETE_RESUMPTION_SQL,
+    DELETE_THREAD_RESUMED_SQL,
+    DELETE_UNRECORDED_WRITES_SQL,
+    INSERT_RESUMPTION_SQL,
+    RESTORE_RECORDED_WRITES_SQL,
+    SELECT_RESUMED_TABLE_SQL,
+    SELECT_RESUMED_THREADS_SQL,
+    SELECT_RESUMPTIONS_SQL,
+)
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_stats import PostgresStats
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
-from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
+from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
+from retaining_saver.backends._sql_threads import ThreadTexts
 
 SQL = SqlTexts(
     select_lineage=SELECT_LINEAGE_SQL,
@@ -126,6 +139,19 @@ THREAD_SQL = ThreadTexts(
 )
 """The statements `SqlThreads` runs on Postgres, each named."""
 
+RESUME_SQL = ResumeTexts(
+    select_resumed_table=SELECT_RESUMED_TABLE_SQL,
+    insert_resumption=INSERT_RESUMPTION_SQL,
+    select_resumptions=SELECT_RESUMPTIONS_SQL,
+    delete_unrecorded_writes=DELETE_UNRECORDED_WRITES_SQL,
+    restore_recorded_writes=RESTORE_RECORDED_WRITES_SQL,
+    delete_resumption=DELETE_RESUMPTION_SQL,
+    delete_thread_resumed=DELETE_THREAD_RESUMED_SQL,
+    copy_resumed=COPY_RESUMED_SQL,
+    select_resumed_threads=SELECT_RESUMED_THREADS_SQL,
+)
+"""The statements of the resume ledger (`SqlResumes`) on Postgres, each named."""
+
 
 INSUFFICIENT_PRIVILEGE = "42501"
 
@@ -146,7 +172,7 @@ def _committing_async(op: Op[T]) -> Op[T]:
     return (yield from op)
 
 
-class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThreads):
+class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResumes):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
@@ -155,6 +181,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     stores_blobs = True
     sql = SQL
     thread_sql = THREAD_SQL
+    resume_sql = RESUME_SQL
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers
@@ -230,6 +257,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
 
     def _creating_table(self, op: Op[T]) -> Op[T]:
         yield Statement(CREATE_RECLAIMED_TABLE_SQL)
+        yield Statement(CREATE_RESUMED_TABLE_SQL)
         result = yield from op
         self.reclaimed_table_ready = True
         return result
@@ -253,6 +281,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             CREATE_ROOT_INDEX_SQL,
             CREATE_RUN_INDEX_SQL,
             CREATE_RECLAIMED_TABLE_SQL,
+            CREATE_RESUMED_TABLE_SQL,
         ):
             yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True
