@@ -29,6 +29,8 @@ BEGIN
         task_path TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, run_id, task_id, idx)
     );
+    CREATE INDEX IF NOT EXISTS retaining_saver_resumed_run_idx
+        ON retaining_saver_resumed (run_id, thread_id) WHERE task_id = '';
 EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
 END
 $$

@@ -28,6 +28,12 @@ CREATE TABLE IF NOT EXISTS retaining_saver_resumed (
 )
 """
 
+# `SELECT_RESUMED_THREADS_SQL` finds a run's entries by it, not by reading them all.
+CREATE_RESUMED_RUN_INDEX_SQL = """
+CREATE INDEX IF NOT EXISTS retaining_saver_resumed_run_idx
+ON retaining_saver_resumed (run_id, thread_id) WHERE task_id = ''
+"""
+
 # A read must not create the table, so it asks first whether there is one.
 SELECT_RESUMED_TABLE_SQL = """
 SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'retaining_saver_resumed'

@@ -97,6 +97,7 @@ from retaining_saver.backends._sqlite_sql import (
 )
 from retaining_saver.backends._sqlite_sql_resumes import (
     COPY_RESUMED_SQL,
+    CREATE_RESUMED_RUN_INDEX_SQL,
     CREATE_RESUMED_TABLE_SQL,
     DELETE_RESUMPTION_SQL,
     DELETE_THREAD_RESUMED_SQL,
@@ -336,6 +337,7 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
             yield Statement(CREATE_PARENT_INDEX_SQL)
             yield Statement(CREATE_RECLAIMED_TABLE_SQL)
             yield Statement(CREATE_RESUMED_TABLE_SQL)
+            yield Statement(CREATE_RESUMED_RUN_INDEX_SQL)
         result = yield from op
         self.index_ready = True
         return result

@@ -25,10 +25,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from law_kit import law_graph, user_turn
 from savers import KINDS, open_async, open_sync
+from sweep_kit import IDLE_FOR, set_clock
 from test_run_rollback import aview, roll_back_against_twin, view
 from test_thread_ops import TARGET, TWIN, run_config
 
-from retaining_saver import RetainingSaver
+from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper, SweepOutcome
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import thread
 
@@ -244,3 +245,26 @@ def test_the_ledger_goes_with_its_thread_copied_and_deleted(
         saver.delete_thread(TARGET)
         assert backend.run(backend.resumptions(TARGET)) == []
         assert [e.run_id for e in backend.run(backend.resumptions("copy"))] == ["run-1"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sweep_deletes_the_ledger_with_its_thread(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = set_clock(monkeypatch)
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        backend = saver._backend
+        assert backend is not None
+        graph = asking_graph(saver)
+        for run_id, given in (
+            ("run-0", {"said": []}),
+            ("run-1", Command(resume="one")),
+            ("run-resume", Command(resume="two")),
+        ):
+            graph.invoke(given, run_config(TARGET, run_id))
+        assert len(backend.run(backend.resumptions(TARGET))) == 2
+        clock.advance(IDLE_FOR * 2)
+        done = RetentionSweeper(saver, IdleThreadPolicy(IDLE_FOR, "delete"), clock=clock).run_pass()
+        assert [r.outcome for r in done.results] == [SweepOutcome.DELETED]
+        assert backend.run(backend.resumptions(TARGET)) == []
