@@ -42,7 +42,11 @@ write can replace. Rolling that run back restores exactly that (`restorations`):
 every row not recorded goes, every recorded special row is put back as it was. Where
 a checkpoint has a ledger entry of a removed run, the ledger decides; the reading
 above is left for resumes the ledger never saw (written before it existed, or by a
-writer that is not a `RetainingSaver`).
+writer that is not a `RetainingSaver`). Entries go with their thread (deleted, swept,
+copied with it). An entry whose checkpoint another deletion took (a `keep_latest`
+prune, a history pass) can match nothing, since a checkpoint id is never reused: the
+thread's next run removal drops it (`restorations`), rather than every plan paying a
+statement for it (a history pass runs on a run's admission).
 
 Only a checkpoint that is left childless by the removal is cleaned (`resumed_points`,
 `restorations`): one with no child that stays, no checkpoint grafted onto it, and its
