@@ -3,9 +3,10 @@ the checkpoint's writes rows before it (`_rules._resumed`).
 
 A run resumes a thread by writing onto a checkpoint another run made: a `Command`'s
 writes, the tasks it runs again, the tasks a crashed run left without writes. Its
-first such write is preceded by the ledger entry (`Backend.note_resume`), a write
-transaction of its own (one statement). What the run's read
-saw tells that the write is a resume (the metadata's run id); the entry itself is
+first such write is preceded by the ledger entry (`Backend.note_resume`): one
+statement, which re-checks what it records on, so Postgres runs it with no
+transaction around it (one round trip; SQLite in its own `BEGIN IMMEDIATE`). What the
+run's read saw tells that the write is a resume (the metadata's run id); the entry itself is
 taken from the store as it is then, under the thread's lock, rather than from the rows
 the read returned: a read hands values back decoded and without their index, and the
 entry must hold each row's key and serialized value exactly.

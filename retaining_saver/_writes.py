@@ -184,7 +184,8 @@ class WritesMixin(DelegatingSaver):
         if (resume := self._resumes.first_write(config)) is None or self._backend is None:
             return config
         try:
-            yield Run(self._backend.note_resume(thread_id, *resume), Mode.WRITE)
+            # One statement that re-checks what it records on: no transaction around it.
+            yield Run(self._backend.note_resume(thread_id, *resume), Mode.GUARDED)
         except Exception as error:  # the write goes on; its rollback falls back to the store
             logger.warning("could not record the resume of thread %s: %r", thread_id, error)
         else:

@@ -1,40 +1,11 @@
 """Postgres: the resume ledger's statements, each written out in full under its name.
 
-The table holds an entry as `_sqlite_sql_resumes` describes it, the serialized value
-of a special write in `blob`, as in `checkpoint_writes`; `%(name)s` binds each value.
+The table (created with the reclaim records', `_postgres_sql.CREATE_TABLES_SQL`) holds
+an entry as `_sqlite_sql_resumes` describes it, the serialized value of a special
+write in `blob`, as in `checkpoint_writes`; `%(name)s` binds each value.
 """
 
 from __future__ import annotations
-
-# Created before the backend's first write (and by `create_indexes`), as the reclaim
-# records' table is, and only when missing: a role that may write the tables but not
-# create in the schema needs `create_retention_indexes()` run once by one that may.
-CREATE_RESUMED_TABLE_SQL = """
-DO $$
-BEGIN
-    IF to_regclass('retaining_saver_resumed') IS NOT NULL THEN
-        RETURN;
-    END IF;
-    CREATE TABLE IF NOT EXISTS retaining_saver_resumed (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL DEFAULT '',
-        checkpoint_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        task_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        channel TEXT,
-        type TEXT,
-        blob BYTEA,
-        task_path TEXT NOT NULL DEFAULT '',
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, run_id, task_id, idx)
-    );
-    CREATE INDEX IF NOT EXISTS retaining_saver_resumed_run_idx
-        ON retaining_saver_resumed (run_id, thread_id) WHERE task_id = '';
-EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
-END
-$$
-"""
 
 SELECT_RESUMED_TABLE_SQL = """
 SELECT to_regclass('retaining_saver_resumed') IS NOT NULL AS found

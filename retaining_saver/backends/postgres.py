@@ -60,8 +60,8 @@ from retaining_saver.backends._postgres_sql import (
     COPY_RECLAIMED_SQL,
     COPY_WRITES_SQL,
     CREATE_PARENT_INDEX_SQL,
-    CREATE_RECLAIMED_TABLE_SQL,
     CREATE_RUN_INDEX_SQL,
+    CREATE_TABLES_SQL,
     DELETE_CHECKPOINT_SQL,
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
@@ -88,7 +88,6 @@ from retaining_saver.backends._postgres_sql import (
 )
 from retaining_saver.backends._postgres_sql_resumes import (
     COPY_RESUMED_SQL,
-    CREATE_RESUMED_TABLE_SQL,
     DELETE_RESUMPTION_SQL,
     DELETE_THREAD_RESUMED_SQL,
     DELETE_UNRECORDED_WRITES_SQL,
@@ -246,9 +245,10 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
                 yield cur
 
     def _ready(self, op: Op[T], mode: Mode, cur: Cursor[DictRow] | AsyncCursor[DictRow]) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' table (a
-        read creates nothing), and in a WRITE transaction of ours (on an autocommit
-        connection, not inside a caller's) by `ASYNC_COMMIT_SQL`."""
+        """`op`, preceded on this backend's first write by the reclaim records' and resume
+        ledger's tables, in one statement (a read creates nothing), and in a WRITE
+        transaction of ours (on an autocommit connection, not inside a caller's) by
+        `ASYNC_COMMIT_SQL`."""
         if mode is Mode.WRITE and cur.connection.autocommit:
             op = _committing_async(op)
         if mode is Mode.READ or self.reclaimed_table_ready:
@@ -256,15 +256,15 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
         return self._creating_table(op)
 
     def _creating_table(self, op: Op[T]) -> Op[T]:
-        yield Statement(CREATE_RECLAIMED_TABLE_SQL)
-        yield Statement(CREATE_RESUMED_TABLE_SQL)
+        yield Statement(CREATE_TABLES_SQL)
         result = yield from op
         self.reclaimed_table_ready = True
         return result
 
     def create_indexes(self) -> None:
         """Create the parent index, the sweep's root index and the run index, concurrently,
-        and the reclaim records' table; needs an autocommit connection."""
+        and the reclaim records' and resume ledger's tables; needs an autocommit
+        connection."""
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
         self.run(self._indexing(), Mode.GUARDED)
@@ -280,8 +280,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
             CREATE_PARENT_INDEX_SQL,
             CREATE_ROOT_INDEX_SQL,
             CREATE_RUN_INDEX_SQL,
-            CREATE_RECLAIMED_TABLE_SQL,
-            CREATE_RESUMED_TABLE_SQL,
+            CREATE_TABLES_SQL,
         ):
             yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True
