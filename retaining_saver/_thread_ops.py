@@ -18,8 +18,9 @@ saw, by what the store tells (`_rules._resumed`); checkpoints of the runs that
 stay (what a kept checkpoint still reads) are named in a warning. A run that wrote
 no checkpoint (it resumed a thread and stopped again) is found by its ledger entry.
 
-A copy is one transaction too: every checkpoint, parent link, writes row, blob and
-reclaim record of the source, under the target id, into a target that has none.
+A copy is one transaction too: every checkpoint, parent link, writes row, blob,
+reclaim record and resume ledger entry of the source, under the target id, into a
+target that has none.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class ThreadOpsMixin(MaintenanceMixin):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint of the source thread, in every namespace, with its parent
-        link, writes, blobs and reclaim records, under the target thread id.
+        link, writes, blobs, reclaim records and resume ledger entries, under the target
+        thread id.
 
         One transaction: the copy reads, lists, resumes and forks as the source does.
         A source without checkpoints copies nothing.

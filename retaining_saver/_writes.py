@@ -6,14 +6,14 @@ process lands on a checkpoint while it is being reclaimed. A write pinned to an
 id this process reclaimed lands on the clone that survives it. A write that
 would keep a stamp (an `update_state` on or beside it, a second stamp, writes
 on it) reclaims the stamp first, as an admission would. What a write reclaimed
-is accounted for once its lock is released.
+is accounted for once its lock is released. A run's first write on a checkpoint
+another run made (a resume) is preceded by its resume ledger entry (`_resumes`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from functools import cached_property
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -45,6 +45,8 @@ class WritesMixin(DelegatingSaver):
     _stamps_read: BoundedLru[Key, bool]
     # What writes on stamps reclaimed, to be accounted once their lock is released.
     _taken: list[tuple[RunnableConfig, Admitted]]
+    # Which run made each checkpoint a read returned; the resumes recorded (`_resumes`).
+    _resumes: ResumeNotes
     # Cleanup as `admit` runs it, and its accounting (see `RetainingSaver`).
     _explicit: Callable[..., Flow[Admitted]]
     _thread_config: Callable[[str, str], RunnableConfig]
@@ -113,11 +115,6 @@ class WritesMixin(DelegatingSaver):
             config = await adrive(flow, self._performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._account_taken()
-
-    @cached_property
-    def _resumes(self) -> ResumeNotes:
-        """Which run made each checkpoint a read returned, and the resumes recorded."""
-        return ResumeNotes()
 
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
