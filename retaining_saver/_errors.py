@@ -60,5 +60,6 @@ class CleanupPermissionError(RetainingSaverError, PermissionError):
         super().__init__(
             f"retention cleanup is not permitted: {problem}. The role needs SELECT, "
             "INSERT, UPDATE and DELETE on the saver's tables and on retaining_saver_reclaimed "
-            "(and CREATE once, or run create_retention_indexes() as a role that has it)"
+            "and retaining_saver_resumed (and CREATE once, or run create_retention_indexes() "
+            "as a role that has it)"
         )

@@ -25,10 +25,7 @@ from datetime import timedelta
 from typing import Any, Literal, Self, cast, get_args
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    CheckpointTuple,
-)
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from retaining_saver import _admission, _run_reads
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
@@ -53,6 +50,7 @@ from retaining_saver._maintenance import MaintenanceMixin
 from retaining_saver._purge import CachePurgeMixin
 from retaining_saver._reads import ReadsMixin
 from retaining_saver._reclaimed import RECLAIMED_ID_TTL, Key, ReclaimedIds
+from retaining_saver._resumes import ResumeNotes
 from retaining_saver._retry import ReadRetry
 from retaining_saver._rules import (
     LeafPredicate,
@@ -225,6 +223,8 @@ class RetainingSaver(
         self._retry = self._read_retry()
         # Leaf-shaped checkpoints reads returned, which a write on them would keep.
         self._stamps_read: BoundedLru[Key, bool] = BoundedLru(4096)
+        # Which run made each checkpoint a read returned; the resumes recorded (`_resumes`).
+        self._resumes = ResumeNotes()
         # What writes on stamps reclaimed, to be accounted once their lock is released.
         self._taken: list[tuple[RunnableConfig, Admitted]] = []
         # Ids this process reclaimed -> the clone each resolves to (see `_reclaimed`).
@@ -296,10 +296,10 @@ class RetainingSaver(
     # Reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return drive(self._get_tuple(config), self._performer)
+        return self._resumes.seen(drive(self._get_tuple(config), self._performer))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await adrive(self._get_tuple(config), self._performer)
+        return self._resumes.seen(await adrive(self._get_tuple(config), self._performer))
 
     def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         """`get_tuple` and `aget_tuple`, written once."""

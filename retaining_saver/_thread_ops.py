@@ -11,12 +11,16 @@ plans, and re-checks every step in the statement that carries it out, under the
 thread's lock, between two purges of its history caches. A pass that finds the
 thread changed under it is rolled back and made again; a pass that finds nothing
 of the runs does nothing, so repeated and concurrent calls are harmless. In the
-same transaction, a checkpoint the removal leaves childless loses the writes the
-removed runs put on it when they resumed it (`_rules._resumed`); checkpoints of
-the runs that stay (what a kept checkpoint still reads) are named in a warning.
+same transaction, a checkpoint the removal leaves childless gets back the writes
+rows it had before the removed runs resumed it: as the wrapper's resume ledger
+recorded them when each run first wrote there, or, for a resume the ledger never
+saw, by what the store tells (`_rules._resumed`); checkpoints of the runs that
+stay (what a kept checkpoint still reads) are named in a warning. A run that wrote
+no checkpoint (it resumed a thread and stopped again) is found by its ledger entry.
 
-A copy is one transaction too: every checkpoint, parent link, writes row, blob and
-reclaim record of the source, under the target id, into a target that has none.
+A copy is one transaction too: every checkpoint, parent link, writes row, blob,
+reclaim record and resume ledger entry of the source, under the target id, into a
+target that has none.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from retaining_saver._rules import (
     RetentionPolicy,
     later_writes,
     plan_run_removal,
+    restorations,
     resumed_points,
 )
 from retaining_saver._rules import _validate as validate
@@ -108,7 +113,8 @@ class ThreadOpsMixin(MaintenanceMixin):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint of the source thread, in every namespace, with its parent
-        link, writes, blobs and reclaim records, under the target thread id.
+        link, writes, blobs, reclaim records and resume ledger entries, under the target
+        thread id.
 
         One transaction: the copy reads, lists, resumes and forks as the source does.
         A source without checkpoints copies nothing.
@@ -186,16 +192,26 @@ def _removal(
 def _remove(
     backend: Backend, thread_id: str, run_ids: Collection[str], policy: RetentionPolicy
 ) -> Op[Applied]:
-    """Plan the removal on the lineage as this transaction reads it, and carry it out."""
+    """Plan the removal on the lineage as this transaction reads it, carry it out, and
+    give each checkpoint the runs resumed back its writes: as the ledger recorded them
+    (`restorations`), else as the store tells (`later_writes`)."""
     lineage = yield from backend.load_lineage(thread_id)
     plan = plan_run_removal(lineage, run_ids, policy)
     _report_kept(thread_id, plan.kept)
-    if not plan.deletions:
+    entries = yield from backend.resumptions(thread_id)
+    if not plan.deletions and not any(e.run_id in run_ids for e in entries):
         return Applied()
-    applied = yield from backend.apply_plan(thread_id, plan)
+    applied = (yield from backend.apply_plan(thread_id, plan)) if plan.deletions else Applied()
     gone = [(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted]
     yield from backend.forget_reclaimed_clones(thread_id, gone)
+    restoring = restorations(lineage, gone, applied.grafted, run_ids, entries)
+    for entry in restoring.restore:
+        yield from backend.restore_writes(thread_id, entry)
+    yield from backend.drop_resumptions(thread_id, restoring.dropped)
+    known = {(e.checkpoint_ns, e.checkpoint_id) for e in entries if e.run_id in run_ids}
     for ns, checkpoint_id in resumed_points(lineage, gone, applied.grafted, run_ids):
+        if (ns, checkpoint_id) in known:
+            continue  # the ledger saw these resumes: it decided above
         rows = yield from backend.write_rows(thread_id, ns, checkpoint_id)
         later = later_writes(rows, lineage.nodes[ns, checkpoint_id].metadata.get("source"))
         if later:

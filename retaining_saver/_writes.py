@@ -6,7 +6,8 @@ process lands on a checkpoint while it is being reclaimed. A write pinned to an
 id this process reclaimed lands on the clone that survives it. A write that
 would keep a stamp (an `update_state` on or beside it, a second stamp, writes
 on it) reclaims the stamp first, as an admission would. What a write reclaimed
-is accounted for once its lock is released.
+is accounted for once its lock is released. A run's first write on a checkpoint
+another run made (a resume) is preceded by its resume ledger entry (`_resumes`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from retaining_saver._effects import Flow, Mode, Performer, Run, adrive, drive
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
+from retaining_saver._resumes import ResumeNotes
 from retaining_saver._rules import Skip
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
@@ -43,6 +45,8 @@ class WritesMixin(DelegatingSaver):
     _stamps_read: BoundedLru[Key, bool]
     # What writes on stamps reclaimed, to be accounted once their lock is released.
     _taken: list[tuple[RunnableConfig, Admitted]]
+    # Which run made each checkpoint a read returned; the resumes recorded (`_resumes`).
+    _resumes: ResumeNotes
     # Cleanup as `admit` runs it, and its accounting (see `RetainingSaver`).
     _explicit: Callable[..., Flow[Admitted]]
     _thread_config: Callable[[str, str], RunnableConfig]
@@ -93,7 +97,7 @@ class WritesMixin(DelegatingSaver):
         if (thread_id := self._lockable(config)) is None:
             return super().put_writes(config, writes, task_id, task_path)
         with self._locks.hold(thread_id):
-            config = drive(self._landing(thread_id, config, checkpoint=False), self._performer)
+            config = drive(self._writes_landing(thread_id, config), self._performer)
             super().put_writes(config, writes, task_id, task_path)
         self._account_taken()
 
@@ -107,7 +111,7 @@ class WritesMixin(DelegatingSaver):
         if (thread_id := self._lockable(config)) is None:
             return await super().aput_writes(config, writes, task_id, task_path)
         async with self._locks.ahold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=False)
+            flow = self._writes_landing(thread_id, config)
             config = await adrive(flow, self._performer)
             await super().aput_writes(config, writes, task_id, task_path)
         self._account_taken()
@@ -168,6 +172,22 @@ class WritesMixin(DelegatingSaver):
         if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
             return (yield from self._reclaim_then_land(thread_id, config))
         return config  # writes elsewhere leave the stamp the head
+
+    def _writes_landing(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
+        """Where writes land (`_landing`), and, at a run's first write on a checkpoint it
+        did not make, its entry in the resume ledger: the checkpoint's writes rows as
+        they are before it (see `_resumes`)."""
+        config = yield from self._landing(thread_id, config, checkpoint=False)
+        if (resume := self._resumes.first_write(config)) is None or self._backend is None:
+            return config
+        try:
+            # One statement that re-checks what it records on: no transaction around it.
+            yield Run(self._backend.note_resume(thread_id, *resume), Mode.GUARDED)
+        except Exception as error:  # the write goes on; its rollback falls back to the store
+            logger.warning("could not record the resume of thread %s: %r", thread_id, error)
+        else:
+            self._resumes.noted(thread_id, resume)
+        return config
 
     def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
         admitted = yield from self._explicit(thread_id, self._thread_config(thread_id, ""))

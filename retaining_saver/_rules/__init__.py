@@ -192,9 +192,12 @@ from retaining_saver._rules._lineage import Skip as Skip
 from retaining_saver._rules._plan import plan_retention as plan_retention
 from retaining_saver._rules._policy import LeafPredicate as LeafPredicate
 from retaining_saver._rules._policy import RetentionPolicy as RetentionPolicy
+from retaining_saver._rules._resumed import Restoring as Restoring
+from retaining_saver._rules._resumed import Resumption as Resumption
 from retaining_saver._rules._resumed import WriteKey as WriteKey
 from retaining_saver._rules._resumed import WriteRow as WriteRow
 from retaining_saver._rules._resumed import later_writes as later_writes
+from retaining_saver._rules._resumed import restorations as restorations
 from retaining_saver._rules._resumed import resumed_points as resumed_points
 from retaining_saver._rules._runs import compactable_steps as compactable_steps
 from retaining_saver._rules._runs import delta_channels as delta_channels

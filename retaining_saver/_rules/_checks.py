@@ -39,7 +39,8 @@ own first; a clone deletion is a grafted duration link, judged on the rows the
 plan reads and changes (`_recheck`); a row is every other deletion, which its
 statement alone guards, the plan's own deletions aside (a child deleted with
 it does not count). A writes deletion takes, from a checkpoint that stays, the
-writes rows a removed run left there (`_resumed`), each row's statement guarded.
+writes rows a removed run left there (`_resumed`), or puts back the rows the resume
+ledger recorded before it, each statement guarded.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
-from retaining_saver._rules._resumed import WriteKey, WriteRow
+from retaining_saver._rules._resumed import Resumption, WriteKey, WriteRow
 from retaining_saver.backends._apply import apply_plan
 from retaining_saver.backends._ops import Capabilities as Capabilities
 from retaining_saver.backends._ops import Integrity as Integrity
@@ -208,7 +208,8 @@ class Backend(ABC):
 
     @abstractmethod
     def forget_reclaimed(self, thread_id: str) -> Op[None]:
-        """Delete every reclaim record of `thread_id`, once its checkpoints are gone."""
+        """Delete every reclaim record and resume ledger entry of `thread_id`, once its
+        checkpoints are gone."""
 
     @abstractmethod
     def children_of(
@@ -259,7 +260,8 @@ class Backend(ABC):
 
     @abstractmethod
     def run_threads(self, run_ids: Sequence[str]) -> Op[list[str]]:
-        """The threads holding a checkpoint whose metadata names one of `run_ids`, in order."""
+        """The threads holding a checkpoint whose metadata names one of `run_ids`, or a
+        resume ledger entry of one, in order."""
 
     @abstractmethod
     def forget_reclaimed_clones(self, thread_id: str, keys: Sequence[NodeKey]) -> Op[None]:
@@ -279,13 +281,35 @@ class Backend(ABC):
         checkpoint names it as parent; how many were deleted."""
 
     @abstractmethod
+    def note_resume(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, run_id: str
+    ) -> Op[bool]:
+        """Record in the resume ledger (`_rules._resumed`) the checkpoint's writes rows as
+        they are (keys; special rows whole) under `run_id`, before its first write there,
+        if the checkpoint exists, another run made it, and `run_id` has no entry on it."""
+
+    @abstractmethod
+    def resumptions(self, thread_id: str) -> Op[list[Resumption]]:
+        """The thread's ledger entries (none where the ledger was never written)."""
+
+    @abstractmethod
+    def restore_writes(self, thread_id: str, entry: Resumption) -> Op[int]:
+        """Give the entry's checkpoint back the writes rows it recorded (those it did not go,
+        its special rows are put back), while no checkpoint names it as parent; how many
+        rows changed."""
+
+    @abstractmethod
+    def drop_resumptions(self, thread_id: str, entries: Sequence[Resumption]) -> Op[None]:
+        """Delete the ledger entries named."""
+
+    @abstractmethod
     def thread_exists(self, thread_id: str) -> Op[bool]:
         """Whether the thread has any checkpoint."""
 
     @abstractmethod
     def copy_rows(self, source_thread_id: str, target_thread_id: str) -> Op[None]:
-        """Copy every checkpoint, writes row, blob and reclaim record of the source thread
-        under the target id, each otherwise unchanged."""
+        """Copy every checkpoint, writes row, blob, reclaim record and resume ledger entry
+        of the source thread under the target id, each otherwise unchanged."""
 
     @abstractmethod
     def stats(self, thread_id: str | None) -> Op[StorageStats]:

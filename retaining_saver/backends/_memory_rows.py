@@ -63,10 +63,12 @@ def journalled(run: Callable[[], Any]) -> Any:
 
 class MemoryThreads(Backend):
     """`Backend.run_threads`, `forget_reclaimed_clones`, `thread_exists` and `copy_rows`
-    over an `InMemorySaver`."""
+    over an `InMemorySaver` (a run's threads and a copy include the resume ledger's)."""
 
     saver: InMemorySaver
     _records: Callable[[], dict[tuple[str, str, str], Any]]
+    resumed_threads: Callable[[set[str]], set[str]]
+    copy_resumptions: Callable[[str, str], None]
 
     def _metadata(self) -> Iterator[tuple[str, Any]]:
         loads = self.saver.serde.loads_typed
@@ -81,7 +83,8 @@ class MemoryThreads(Backend):
         def statement() -> list[str]:
             if not wanted:
                 return []
-            return sorted({t for t, metadata in self._metadata() if _run(metadata) in wanted})
+            found = {t for t, metadata in self._metadata() if _run(metadata) in wanted}
+            return sorted(found | self.resumed_threads(wanted))
 
         found: list[str] = yield statement
         return found
@@ -147,6 +150,7 @@ class MemoryThreads(Backend):
             for key, value in list(records.items()):
                 if key[0] == source_thread_id:
                     put(records, (target_thread_id, *key[1:]), value)
+            self.copy_resumptions(source_thread_id, target_thread_id)
 
         yield statement
 

@@ -80,30 +80,48 @@ ORDER BY c.checkpoint_id DESC LIMIT 1
 # simply not done), and a later commit that does wait flushes it too.
 ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
 
-# Each reclaimed duplicate's id and the clone it resolves to; written in the
-# deleting statement or transaction. Created before this backend's first
-# write (and by `create_indexes`); a read never creates it.
-# Two workers creating it at once can both pass IF NOT EXISTS; the loser's
+# Each reclaimed duplicate's id and the clone it resolves to, written in the
+# deleting statement or transaction; and the resume ledger (`_postgres_sql_resumes`),
+# written at a resume's first write. Created before this backend's first write (and
+# by `create_indexes`), in one statement; a read never creates them.
+# Two workers creating one at once can both pass IF NOT EXISTS; the loser's
 # unique violation on the catalog means the table is there, so it is ignored.
-# CREATE is only tried when the table is missing: a role that may write the
+# CREATE is only tried when a table is missing: a role that may write the
 # tables but not create in the schema is refused even an IF NOT EXISTS.
-CREATE_RECLAIMED_TABLE_SQL = """
+CREATE_TABLES_SQL = """
 DO $$
 BEGIN
-    IF to_regclass('retaining_saver_reclaimed') IS NOT NULL THEN
-        RETURN;
+    IF to_regclass('retaining_saver_reclaimed') IS NULL THEN
+        CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            clone_id TEXT NOT NULL,
+            reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            taken_by TEXT,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        );
+        CREATE INDEX IF NOT EXISTS retaining_saver_reclaimed_age_idx
+            ON retaining_saver_reclaimed (thread_id, reclaimed_at);
     END IF;
-    CREATE TABLE IF NOT EXISTS retaining_saver_reclaimed (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL DEFAULT '',
-        checkpoint_id TEXT NOT NULL,
-        clone_id TEXT NOT NULL,
-        reclaimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        taken_by TEXT,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-    );
-    CREATE INDEX IF NOT EXISTS retaining_saver_reclaimed_age_idx
-        ON retaining_saver_reclaimed (thread_id, reclaimed_at);
+    IF to_regclass('retaining_saver_resumed') IS NULL THEN
+        CREATE TABLE IF NOT EXISTS retaining_saver_resumed (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            channel TEXT,
+            type TEXT,
+            blob BYTEA,
+            task_path TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, run_id, task_id, idx)
+        );
+        CREATE INDEX IF NOT EXISTS retaining_saver_resumed_run_idx
+            ON retaining_saver_resumed (run_id, thread_id) WHERE task_id = '';
+    END IF;
 EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN NULL;
 END
 $$

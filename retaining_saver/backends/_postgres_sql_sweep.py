@@ -79,12 +79,14 @@ TRY_THREAD_LOCK_SQL = """
 SELECT pg_try_advisory_xact_lock(%s::bigint) AS locked
 """
 
-# One round trip for the whole thread: its writes, blobs and reclaim records (whose
-# table the backend creates before its first write) go with its checkpoints.
+# One round trip for the whole thread: its writes, blobs, reclaim records and resume
+# ledger entries (whose tables the backend creates before its first write) go with its
+# checkpoints.
 DELETE_THREAD_SQL = """
 WITH writes AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
     blobs AS (DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s),
-    records AS (DELETE FROM retaining_saver_reclaimed WHERE thread_id = %(thread_id)s)
+    records AS (DELETE FROM retaining_saver_reclaimed WHERE thread_id = %(thread_id)s),
+    resumed AS (DELETE FROM retaining_saver_resumed WHERE thread_id = %(thread_id)s)
 DELETE FROM checkpoints WHERE thread_id = %(thread_id)s RETURNING checkpoint_id
 """
 
@@ -174,6 +176,10 @@ blobs AS (
 ),
 records AS (
     DELETE FROM retaining_saver_reclaimed
+    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
+),
+resumed AS (
+    DELETE FROM retaining_saver_resumed
     WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
 ),
 gone AS (

@@ -22,12 +22,13 @@ from retaining_saver.backends._sqlite_sql_plan import (
     SCAN_FIRST_SQL,
     SELECT_THREAD_LEFT_SQL,
 )
+from retaining_saver.backends._sqlite_sql_resumes import DELETE_THREAD_RESUMED_SQL
 from retaining_saver.backends._sweep import SqlSweep, SweepTexts
 
 TEXTS = SweepTexts(
     scan_first=SCAN_FIRST_SQL,
     scan_after=SCAN_AFTER_SQL,
-    delete_rows=(DELETE_THREAD_WRITES_SQL, DELETE_THREAD_RECORDS_SQL),
+    delete_rows=(DELETE_THREAD_WRITES_SQL, DELETE_THREAD_RECORDS_SQL, DELETE_THREAD_RESUMED_SQL),
     delete_checkpoints=DELETE_THREAD_CHECKPOINTS_SQL,
     select_left=SELECT_THREAD_LEFT_SQL,
 )

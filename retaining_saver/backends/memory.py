@@ -27,6 +27,7 @@ from retaining_saver.backends._base import (
     T,
     drive_statements,
 )
+from retaining_saver.backends._memory_resumes import MemoryResumes
 from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
 from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
@@ -56,7 +57,7 @@ def _names_as_parent(rows: dict[str, Any], checkpoint_id: str) -> bool:
     return checkpoint_id in map(itemgetter(2), rows.values())
 
 
-class MemoryBackend(MemoryStats, MemoryThreads):
+class MemoryBackend(MemoryStats, MemoryResumes, MemoryThreads):
     """Backend over an `InMemorySaver`'s three dicts."""
 
     kind = "memory"
@@ -309,6 +310,7 @@ class MemoryBackend(MemoryStats, MemoryThreads):
         def statement() -> None:
             records = self._records()
             drop(records, [k for k in records if k[0] == thread_id])
+            self.forget_resumptions(thread_id)
 
         yield statement
 

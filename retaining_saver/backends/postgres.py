@@ -60,8 +60,8 @@ from retaining_saver.backends._postgres_sql import (
     COPY_RECLAIMED_SQL,
     COPY_WRITES_SQL,
     CREATE_PARENT_INDEX_SQL,
-    CREATE_RECLAIMED_TABLE_SQL,
     CREATE_RUN_INDEX_SQL,
+    CREATE_TABLES_SQL,
     DELETE_CHECKPOINT_SQL,
     DELETE_EXPIRED_RECLAIMED_SQL,
     DELETE_RECLAIMED_CLONES_SQL,
@@ -86,10 +86,22 @@ from retaining_saver.backends._postgres_sql import (
     SELECT_WRITE_ROWS_SQL,
     UPSERT_RECLAIMED_SQL,
 )
+from retaining_saver.backends._postgres_sql_resumes import (
+    COPY_RESUMED_SQL,
+    DELETE_RESUMPTION_SQL,
+    DELETE_THREAD_RESUMED_SQL,
+    DELETE_UNRECORDED_WRITES_SQL,
+    INSERT_RESUMPTION_SQL,
+    RESTORE_RECORDED_WRITES_SQL,
+    SELECT_RESUMED_TABLE_SQL,
+    SELECT_RESUMED_THREADS_SQL,
+    SELECT_RESUMPTIONS_SQL,
+)
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_stats import PostgresStats
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
-from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
+from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
+from retaining_saver.backends._sql_threads import ThreadTexts
 
 SQL = SqlTexts(
     select_lineage=SELECT_LINEAGE_SQL,
@@ -126,6 +138,19 @@ THREAD_SQL = ThreadTexts(
 )
 """The statements `SqlThreads` runs on Postgres, each named."""
 
+RESUME_SQL = ResumeTexts(
+    select_resumed_table=SELECT_RESUMED_TABLE_SQL,
+    insert_resumption=INSERT_RESUMPTION_SQL,
+    select_resumptions=SELECT_RESUMPTIONS_SQL,
+    delete_unrecorded_writes=DELETE_UNRECORDED_WRITES_SQL,
+    restore_recorded_writes=RESTORE_RECORDED_WRITES_SQL,
+    delete_resumption=DELETE_RESUMPTION_SQL,
+    delete_thread_resumed=DELETE_THREAD_RESUMED_SQL,
+    copy_resumed=COPY_RESUMED_SQL,
+    select_resumed_threads=SELECT_RESUMED_THREADS_SQL,
+)
+"""The statements of the resume ledger (`SqlResumes`) on Postgres, each named."""
+
 
 INSUFFICIENT_PRIVILEGE = "42501"
 
@@ -146,7 +171,7 @@ def _committing_async(op: Op[T]) -> Op[T]:
     return (yield from op)
 
 
-class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThreads):
+class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResumes):
     """Backend over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
     kind = "postgres"
@@ -155,6 +180,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     stores_blobs = True
     sql = SQL
     thread_sql = THREAD_SQL
+    resume_sql = RESUME_SQL
     saver: PostgresSaver | AsyncPostgresSaver
 
     # Drivers
@@ -219,9 +245,10 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
                 yield cur
 
     def _ready(self, op: Op[T], mode: Mode, cur: Cursor[DictRow] | AsyncCursor[DictRow]) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' table (a
-        read creates nothing), and in a WRITE transaction of ours (on an autocommit
-        connection, not inside a caller's) by `ASYNC_COMMIT_SQL`."""
+        """`op`, preceded on this backend's first write by the reclaim records' and resume
+        ledger's tables, in one statement (a read creates nothing), and in a WRITE
+        transaction of ours (on an autocommit connection, not inside a caller's) by
+        `ASYNC_COMMIT_SQL`."""
         if mode is Mode.WRITE and cur.connection.autocommit:
             op = _committing_async(op)
         if mode is Mode.READ or self.reclaimed_table_ready:
@@ -229,14 +256,15 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         return self._creating_table(op)
 
     def _creating_table(self, op: Op[T]) -> Op[T]:
-        yield Statement(CREATE_RECLAIMED_TABLE_SQL)
+        yield Statement(CREATE_TABLES_SQL)
         result = yield from op
         self.reclaimed_table_ready = True
         return result
 
     def create_indexes(self) -> None:
         """Create the parent index, the sweep's root index and the run index, concurrently,
-        and the reclaim records' table; needs an autocommit connection."""
+        and the reclaim records' and resume ledger's tables; needs an autocommit
+        connection."""
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
         self.run(self._indexing(), Mode.GUARDED)
@@ -252,7 +280,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
             CREATE_PARENT_INDEX_SQL,
             CREATE_ROOT_INDEX_SQL,
             CREATE_RUN_INDEX_SQL,
-            CREATE_RECLAIMED_TABLE_SQL,
+            CREATE_TABLES_SQL,
         ):
             yield Statement(sql, prepare=False)
         self.reclaimed_table_ready = True

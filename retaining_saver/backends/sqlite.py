@@ -52,7 +52,8 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
-from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
+from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
+from retaining_saver.backends._sql_threads import ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
 from retaining_saver.backends._sqlite_plan import SqlitePlans, checkpoint_of, node_of
@@ -94,6 +95,19 @@ from retaining_saver.backends._sqlite_sql import (
     SET_SYNCHRONOUS_OFF_SQL,
     UPSERT_RECLAIMED_SQL,
 )
+from retaining_saver.backends._sqlite_sql_resumes import (
+    COPY_RESUMED_SQL,
+    CREATE_RESUMED_RUN_INDEX_SQL,
+    CREATE_RESUMED_TABLE_SQL,
+    DELETE_RESUMPTION_SQL,
+    DELETE_THREAD_RESUMED_SQL,
+    DELETE_UNRECORDED_WRITES_SQL,
+    INSERT_RESUMPTION_SQL,
+    RESTORE_RECORDED_WRITES_SQL,
+    SELECT_RESUMED_TABLE_SQL,
+    SELECT_RESUMED_THREADS_SQL,
+    SELECT_RESUMPTIONS_SQL,
+)
 from retaining_saver.backends._sqlite_stats import SqliteStats
 
 logger = logging.getLogger("retaining_saver")
@@ -133,6 +147,19 @@ THREAD_SQL = ThreadTexts(
     delete_write=DELETE_WRITE_SQL,
 )
 """The statements `SqlThreads` runs on SQLite, each named; there is no blob table."""
+
+RESUME_SQL = ResumeTexts(
+    select_resumed_table=SELECT_RESUMED_TABLE_SQL,
+    insert_resumption=INSERT_RESUMPTION_SQL,
+    select_resumptions=SELECT_RESUMPTIONS_SQL,
+    delete_unrecorded_writes=DELETE_UNRECORDED_WRITES_SQL,
+    restore_recorded_writes=RESTORE_RECORDED_WRITES_SQL,
+    delete_resumption=DELETE_RESUMPTION_SQL,
+    delete_thread_resumed=DELETE_THREAD_RESUMED_SQL,
+    copy_resumed=COPY_RESUMED_SQL,
+    select_resumed_threads=SELECT_RESUMED_THREADS_SQL,
+)
+"""The statements of the resume ledger (`SqlResumes`) on SQLite, each named."""
 
 SYNCHRONOUS_NORMAL = 1
 
@@ -246,7 +273,7 @@ async def _on_connection_thread(
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
+class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"
@@ -254,6 +281,7 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
     stores_blobs = False
     sql = SQL
     thread_sql = THREAD_SQL
+    resume_sql = RESUME_SQL
     saver: SqliteSaver | AsyncSqliteSaver
 
     # Drivers
@@ -303,11 +331,13 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlThreads):
             return await _on_connection_thread(saver.conn, call, saver.conn._conn, *args)
 
     def _indexed(self, op: Op[T]) -> Op[T]:
-        """`op`, preceded on this backend's first run by the parent index and the
-        reclaim records' table."""
+        """`op`, preceded on this backend's first run by the parent index, the reclaim
+        records' table and the resume ledger's."""
         if not self.index_ready:
             yield Statement(CREATE_PARENT_INDEX_SQL)
             yield Statement(CREATE_RECLAIMED_TABLE_SQL)
+            yield Statement(CREATE_RESUMED_TABLE_SQL)
+            yield Statement(CREATE_RESUMED_RUN_INDEX_SQL)
         result = yield from op
         self.index_ready = True
         return result

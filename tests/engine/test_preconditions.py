@@ -13,17 +13,25 @@ import pytest
 import retaining_saver._rules as rules
 from retaining_saver._rules import PRECONDITIONS, DeletionKind
 from retaining_saver._rules import _checks as checks
-from retaining_saver.backends import _sqlite_sql, _sqlite_sql_plan, memory
+from retaining_saver.backends import (
+    _memory_resumes,
+    _sqlite_sql,
+    _sqlite_sql_plan,
+    _sqlite_sql_resumes,
+    memory,
+)
 
 try:  # the Postgres statements need psycopg, an extra
     from retaining_saver.backends import (
         _postgres_sql,
         _postgres_sql_admission,
         _postgres_sql_plan,
+        _postgres_sql_resumes,
         _postgres_sql_take,
     )
 except ImportError:  # pragma: no cover
     _postgres_sql = _postgres_sql_admission = _postgres_sql_plan = _postgres_sql_take = None  # type: ignore[assignment]
+    _postgres_sql_resumes = None  # type: ignore[assignment]
 
 MARKER = re.compile(r"(?:--|#)\s*check:\s*([a-z-]+)")
 """A guard clause's comment naming the check it enforces (`-- check:` in SQL, `#` in Python)."""
@@ -53,6 +61,18 @@ GUARDS: dict[str, tuple[DeletionKind, Callable[[], str]]] = {
         DeletionKind.WRITES,
         _source(memory.MemoryBackend.delete_writes),
     ),
+    "sqlite DELETE_UNRECORDED_WRITES_SQL": (
+        DeletionKind.WRITES,
+        _text(_sqlite_sql_resumes, "DELETE_UNRECORDED_WRITES_SQL"),
+    ),
+    "sqlite RESTORE_RECORDED_WRITES_SQL": (
+        DeletionKind.WRITES,
+        _text(_sqlite_sql_resumes, "RESTORE_RECORDED_WRITES_SQL"),
+    ),
+    "memory restore_writes": (
+        DeletionKind.WRITES,
+        _source(_memory_resumes.MemoryResumes.restore_writes),
+    ),
 }
 """Each statement that guards a deletion itself, and the kind whose checks it enforces. The
 other kinds are judged by the rules on rows read in the transaction (`_recheck`)."""
@@ -81,6 +101,14 @@ if _postgres_sql_take is not None:
         "postgres DELETE_WRITE_SQL": (
             DeletionKind.WRITES,
             _text(_postgres_sql, "DELETE_WRITE_SQL"),
+        ),
+        "postgres DELETE_UNRECORDED_WRITES_SQL": (
+            DeletionKind.WRITES,
+            _text(_postgres_sql_resumes, "DELETE_UNRECORDED_WRITES_SQL"),
+        ),
+        "postgres RESTORE_RECORDED_WRITES_SQL": (
+            DeletionKind.WRITES,
+            _text(_postgres_sql_resumes, "RESTORE_RECORDED_WRITES_SQL"),
         ),
     }
 

@@ -244,26 +244,3 @@ def test_rolling_back_a_run_that_went_on_from_an_edit(
             graph.invoke(user_turn("a"), run_config(t, "run-a"))
             graph.update_state(thread(t), {"said": ["edited"]}, as_node="reply")
         roll_back_against_twin(graph, saver, None, view)
-
-
-def _asking_twice(state: Said) -> dict[str, Any]:
-    return {"said": [f"{interrupt('first')} {interrupt('second')}"]}
-
-
-@pytest.mark.xfail(strict=True, reason="a limit: the earlier answer was replaced in place")
-def test_a_node_answered_by_two_runs_loses_the_first_answer_with_the_second() -> None:
-    """`_asking_twice` is answered by run-1 (no checkpoint: it interrupts again) and then
-    by run-resume; each resume replaced the answers stored on the checkpoint, so rolling
-    back run-resume cannot bring back run-1's (see `_rules._resumed`)."""
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    saver = RetainingSaver(InMemorySaver())
-    builder: Any = StateGraph(Said)
-    builder.add_node("asking", _asking_twice)
-    builder.add_edge(START, "asking")
-    builder.add_edge("asking", END)
-    graph = builder.compile(checkpointer=saver)
-    for t in (TARGET, TWIN):
-        graph.invoke({"said": []}, run_config(t, "run-0"))
-        graph.invoke(Command(resume="one"), run_config(t, "run-1"))
-    roll_back_against_twin(graph, saver, Command(resume="two"), view)

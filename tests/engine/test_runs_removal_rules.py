@@ -10,9 +10,12 @@ from retaining_saver._rules import (
     Lineage,
     Protection,
     Reason,
+    Restoring,
+    Resumption,
     Root,
     later_writes,
     plan_run_removal,
+    restorations,
     resumed_points,
 )
 
@@ -166,4 +169,48 @@ def test_a_kept_pre_v4_checkpoint_keeps_the_parent_it_reads_its_sends_from() -> 
     assert {d.checkpoint_id for d in plan.deletions} == set(middle[:-1])
     assert plan.grafts == (
         Graft("", middle[-1], tuple(reversed(middle[:-1])), first[-1], Reason.RUN_REMOVED),
+    )
+
+
+def test_the_ledger_restores_the_first_of_the_last_removed_resumes_once_childless() -> None:
+    """On the checkpoint r1 stopped at, r2 and r3 resumed in turn (r2 writing no
+    checkpoint, r3 one): removing r3 gives back what r2 left, removing r2 and r3 what r1
+    left; removing r2 alone (r3 stays after it) restores nothing and keeps the entry."""
+    t = Thread()
+    asked = t.run(None)
+    resumed = t.run(asked[-1])
+    of_run(t, asked, "r1")
+    of_run(t, resumed, "r3")
+    point = asked[-1]
+    r2, r3 = Resumption("", point, "r2", 1), Resumption("", point, "r3", 2)
+    lineage = Lineage.of("t", t.nodes.values())
+
+    def removing(*runs: str) -> Restoring:
+        plan = plan_run_removal(lineage, runs)
+        gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+        return restorations(lineage, gone, plan.grafts, runs, [r3, r2])
+
+    assert removing("r3") == Restoring((r3,), (r3,))
+    assert removing("r2", "r3") == Restoring((r2,), (r2, r3))
+    assert removing("r2") == Restoring()
+    assert removing("r1") == Restoring((), (r2, r3))  # the checkpoint goes with its run
+
+
+def test_the_ledger_waits_while_the_checkpoint_has_a_child_that_stays() -> None:
+    """A run after the resume stays and is grafted onto the resumed checkpoint: its
+    writes are read through, so the entry is kept for a later removal; an entry on a
+    checkpoint the store no longer has goes."""
+    t = Thread()
+    asked = t.run(None)
+    resumed = t.run(asked[-1])
+    later = t.run(resumed[-1])
+    for ids, run in ((asked, "r1"), (resumed, "r2"), (later, "r3")):
+        of_run(t, ids, run)
+    lineage = Lineage.of("t", t.nodes.values())
+    plan = plan_run_removal(lineage, ["r2"])
+    gone = [(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions]
+    entry, stale = Resumption("", asked[-1], "r2", 1), Resumption("", "gone", "r9", 1)
+    assert plan.grafts
+    assert restorations(lineage, gone, plan.grafts, ["r2"], [entry, stale]) == Restoring(
+        (), (stale,)
     )
