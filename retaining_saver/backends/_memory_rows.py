@@ -1,8 +1,8 @@
 """Undoable changes to an `InMemorySaver`'s dicts, and its whole-thread and whole-run
 operations (`delete_for_runs` finds a run's threads; `copy_thread` copies one).
 
-Every change a statement makes is journalled, so that `MemoryBackend.run` can undo
-the operation's earlier statements if a later one fails: an operation is one
+Every change a statement makes is journalled, so that `MemoryBackend.transaction` can
+undo the operation's earlier statements if a later one fails: an operation is one
 transaction here too.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -18,7 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from retaining_saver._rules import NodeKey, WriteKey, WriteRow
 from retaining_saver.backends._base import Backend, Op
 
-# The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
+# The running operation's undo actions, per OS thread (see `MemoryBackend.transaction`).
 _JOURNAL = threading.local()
 
 
@@ -46,13 +47,14 @@ def put(records: dict[Any, Any], key: Any, value: Any) -> None:
     records[key] = value
 
 
-def journalled(run: Callable[[], Any]) -> Any:
-    """`run()`, its journalled changes undone if it raises."""
+@contextmanager
+def journalled() -> Iterator[None]:
+    """The block, its journalled changes undone if it raises."""
     outer = getattr(_JOURNAL, "undo", None)
     undos: list[Callable[[], Any]] = []
     _JOURNAL.undo = undos
     try:
-        return run()
+        yield
     except BaseException:
         for undo in reversed(undos):
             undo()
