@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -22,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
 from retaining_saver._rules._recheck import ParentChange, RowKey
 from retaining_saver.backends._base import Execute, Integrity, Mode, Op, T
-from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
+from retaining_saver.backends._memory_rows import Journalled, MemoryThreads, drop, journal
 from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
 from retaining_saver.backends._upstream.tuples import memory_tuple
@@ -64,12 +64,10 @@ class MemoryBackend(MemoryStats, MemoryThreads):
     stores_blobs = True
     saver: InMemorySaver
 
-    @contextmanager
-    def transaction(self, mode: Mode) -> Iterator[Execute]:
+    def transaction(self, mode: Mode) -> AbstractContextManager[Execute]:
         """Any mode: if a statement raises, undo what the earlier ones changed, so that
         the operation is one transaction here too."""
-        with journalled():
-            yield _execute
+        return Journalled(_execute)
 
     async def hop(self, call: Callable[[], T]) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
