@@ -103,7 +103,7 @@ class Accounts:
             for key in keys:
                 self._counts[key] += by
 
-    def record(self, checkpoint_ns: str, result: AdmissionResult) -> None:
+    def account(self, checkpoint_ns: str, result: AdmissionResult) -> None:
         """Count one admission; log and announce each checkpoint it reclaimed."""
         if result.skipped is Skip.FAILED:
             self.count("attempted", "failed")
@@ -111,7 +111,7 @@ class Accounts:
             self.count("attempted", f"skip:{result.skipped.value}")
         else:
             self.count("attempted")
-        self.record_history(result)
+        self.account_history(result)
         if not result.reclaimed:
             return
         self.count("reclaimed", by=len(result.reclaimed))
@@ -133,7 +133,7 @@ class Accounts:
         except Exception:
             logger.exception("on_reclaim callback failed for %s", event.checkpoint_id)
 
-    def record_history(self, result: AdmissionResult) -> None:
+    def account_history(self, result: AdmissionResult) -> None:
         """Count and announce the checkpoints an admission's history pass deleted."""
         if not result.history_reclaimed:
             return

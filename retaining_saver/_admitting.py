@@ -99,7 +99,7 @@ class AdmittingMixin:
 
     def _account(self, config: RunnableConfig, admitted: Admitted) -> Admitted:
         """Account for an admission, outside the thread's lock."""
-        self._accounts.record(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
+        self._accounts.account(config.get("configurable", {}).get("checkpoint_ns", ""), admitted[0])
         return admitted
 
     def _remembering(self, config: RunnableConfig, flow: Flow[Admitted]) -> Flow[Admitted]:

@@ -281,7 +281,7 @@ class BoundingMixin:
 
     def _account_history(self, admitted: Admitted) -> CheckpointTuple | None:
         """Account for a history pass alone (the admission itself was counted)."""
-        self._accounts.record_history(admitted[0])
+        self._accounts.account_history(admitted[0])
         return admitted[1]
 
     def _bound_history(

@@ -13,6 +13,7 @@ from dataclasses import asdict, fields
 from retaining_saver._cli_output import Doc
 from retaining_saver._cli_progress import Progress
 from retaining_saver._cli_targets import CliError, Store, UsageError
+from retaining_saver._effects import run
 from retaining_saver._engine import RetentionReport
 from retaining_saver._maintenance import keep_latest_policy
 from retaining_saver._rules import RetentionPolicy
@@ -360,7 +361,7 @@ def compact(store: Store, args: argparse.Namespace, doc: Doc) -> None:
         return
     backend = store.saver._backend
     assert backend is not None  # the command line opens supported savers only
-    found = backend.run(measure(), Mode.READ)
+    found = run(backend, measure(), Mode.READ)
     doc.update(would_run=found.worth_vacuum(min_ratio), ran=False, before=_pages(found))
     doc.update(why=why_compact(found, min_ratio), message=DRY_RUN_COMPACT)
 

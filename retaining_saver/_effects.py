@@ -4,10 +4,18 @@ Admission cleanup and the retention engine yield small effect values
 (`Lookup`, `Invalidate`, `Run`, ...) and receive their results. `drive` carries
 effects out with the saver's sync methods, `adrive` with its async ones, so
 the logic has one copy whichever way the caller came in. Each effect knows
-both ways to carry itself out (`perform`, `aperform`); a `Run` goes straight
-to the backend, whose `run`/`arun` feed its statements to the store. An
-effect that fails is thrown back into the generator at the point where it was
-yielded.
+both ways to carry itself out (`perform`, `aperform`). An effect that fails is
+thrown back into the generator at the point where it was yielded.
+
+A `Run` names an operation of the backend (`Op`, a generator of its statements)
+and the transaction `Mode` it runs in; `run`/`arun` here are the one place an
+operation's statements reach a store. The backend supplies only the
+transaction (`Backend.transaction`, `atransaction`) and the executor it yields;
+they feed it each statement and the operation each result. An operation is the
+unit of a transaction: its statements are a sub-generator of one effect rather
+than effects of the flow, because no other effect (a lock, a cache, a read
+through the saver, another operation) may run inside a transaction, and the
+flow goes on only once it has ended.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -24,7 +33,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
-from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Backend, Op, on_saver_loop
 from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` names
 
 T = TypeVar("T")
@@ -71,10 +80,11 @@ class Invalidate:
 
 @dataclass(slots=True)
 class Run:
-    """Carry out a backend operation in `mode`; answers its result.
+    """Carry out a backend operation, whole, in one transaction of `mode`; answers its
+    result.
 
-    The drivers hand it straight to the backend's `run`/`arun`, which feed its
-    statements to the store's cursor: nothing stands between.
+    The drivers hand it to `run`/`arun`, which feed its statements to the executor
+    of the backend's transaction: nothing stands between.
     """
 
     op: Op[Any]
@@ -295,7 +305,7 @@ def drive(flow: Flow[T], performer: Performer) -> T:
         while True:
             try:
                 if isinstance(effect, Run):
-                    answer = performer.storage().run(effect.op, effect.mode)
+                    answer = run(performer.storage(), effect.op, effect.mode)
                 else:
                     answer = effect.perform(performer)
             except BaseException as error:  # a cancel too: the flow may end what it began
@@ -313,7 +323,7 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
         while True:
             try:
                 if isinstance(effect, Run):
-                    answer = await performer.storage().arun(effect.op, effect.mode)
+                    answer = await arun(performer.storage(), effect.op, effect.mode)
                 else:
                     answer = await effect.aperform(performer)
             except BaseException as error:  # a cancel too: the flow may end what it began
@@ -322,3 +332,50 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
                 effect = flow.send(answer)
     except StopIteration as done:
         return cast(T, done.value)
+
+
+def run(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+    """Carry out `op` in the transaction `mode` calls for, as `drive` carries out a `Run`.
+
+    An async saver's transaction runs on its loop (`Backend.loop`), by `arun`.
+
+    Raises:
+        asyncio.InvalidStateError: If called on that loop's own thread.
+    """
+    if backend.loop is not None:
+        return on_saver_loop(backend.loop, None, lambda: arun(backend, op, mode))
+    return _transact(backend, op, mode)
+
+
+async def arun(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+    """`run`, for `adrive`: each statement awaited where the backend `awaits`, else the
+    sync transaction run whole in one `Backend.hop`.
+
+    The statements are fed to the executor right here: a statement climbs no frame
+    of ours between the flow's driver and the cursor (`scripts/statement_frames.py`).
+    """
+    if not backend.awaits:
+        return await backend.hop(partial(_transact, backend, op, mode))
+    async with backend.atransaction(mode) as aexecute:
+        try:
+            statement = next(op)
+            while True:
+                statement = op.send(await aexecute(statement))
+        except StopIteration as done:
+            return cast(T, done.value)
+        finally:
+            op.close()
+
+
+def _transact(backend: Backend, op: Op[T], mode: Mode) -> T:
+    """`op`'s statements fed to the executor of the backend's sync transaction, on this
+    thread."""
+    with backend.transaction(mode) as execute:
+        try:
+            statement = next(op)
+            while True:
+                statement = op.send(execute(statement))
+        except StopIteration as done:
+            return cast(T, done.value)
+        finally:
+            op.close()

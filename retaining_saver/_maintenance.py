@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from retaining_saver._accounting import Accounts
-from retaining_saver._effects import Call, Flow, Locked, Performer, adrive, drive
+from retaining_saver._effects import Call, Flow, Locked, Performer, adrive, arun, drive, run
 from retaining_saver._engine import (
     RetentionReport,
     keeps_delta_walks,
@@ -206,7 +206,7 @@ class MaintenanceMixin(StorageMixin):
 
     def _all_threads(self, page_size: int) -> Iterator[str]:
         backend, after = self._require_backend(), None
-        while page := backend.run(backend.thread_ids(after, page_size), Mode.READ):
+        while page := run(backend, backend.thread_ids(after, page_size), Mode.READ):
             yield from page
             after = page[-1]
 
@@ -236,7 +236,7 @@ class MaintenanceMixin(StorageMixin):
 
     async def _aall_threads(self, page_size: int) -> AsyncIterator[str]:
         backend, after = self._require_backend(), None
-        while page := await backend.arun(backend.thread_ids(after, page_size), Mode.READ):
+        while page := await arun(backend, backend.thread_ids(after, page_size), Mode.READ):
             for thread_id in page:
                 yield thread_id
             after = page[-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol, cast
 
-from retaining_saver._effects import Performer
+from retaining_saver._effects import Performer, arun, run
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._rules import _validate as validate
 from retaining_saver.backends._base import Backend, Mode, Op
@@ -54,14 +54,14 @@ class StorageMixin:
             ValueError: If `top_threads` is negative, or given with a `thread_id`.
         """
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return backend.run(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
+        return run(backend, full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     async def astorage_stats(
         self, thread_id: str | None = None, *, channels: bool = False, top_threads: int = 0
     ) -> StorageStats:
         """Async `storage_stats`."""
         backend = self._stats_backend(thread_id, channels, top_threads)
-        return await backend.arun(full_stats(backend, thread_id, channels, top_threads), Mode.READ)
+        return await arun(backend, full_stats(backend, thread_id, channels, top_threads), Mode.READ)
 
     def _stats_backend(self, thread_id: str | None, channels: bool, top_threads: int) -> Backend:
         validate.optional_thread_id("thread_id", thread_id, nul_ok=self._nul_ok())

@@ -75,7 +75,8 @@ class PassTally:
     results: list[ThreadResult] = field(default_factory=list)
     reached_end: bool = False
 
-    def note(self, result: ThreadResult) -> None:
+    def account(self, result: ThreadResult) -> None:
+        """Count `result` in the pass: its outcome, and the thread the next page follows."""
         self.results.append(result)
         self.outcomes[result.outcome] += 1
         self.after = result.thread_id

@@ -222,7 +222,7 @@ class RetentionSweeper:
                 if head.thread_id not in done:  # stopped before it: the next pass resumes here
                     run.reached_end = False
                     return
-                run.note(done[head.thread_id])
+                run.account(done[head.thread_id])
             else:
                 run.outcomes[verdict.value] += 1
                 run.after = head.thread_id

@@ -10,8 +10,8 @@ tested. One that only adds methods (an `adelete_for_runs` an app gives
 saver leaves to the base, or overrides `__init__`, stores as its base does.
 
 Every store has one shape: its module (`memory`, `sqlite`, `postgres`) defines one
-backend class for the sync and the async saver alike, holding the drivers and the
-dialect hooks, and mixes in the parts kept in modules beside it in one order
+backend class for the sync and the async saver alike, holding the transactions and
+the dialect hooks, and mixes in the parts kept in modules beside it in one order
 (admission, plans, statistics, threads), each part a direct subclass of the store's
 base (`SqlBackend` for the SQL stores, `Backend` for memory) and of no other part. A
 store's SQL is named constants in its `_<store>_sql*` modules; the tuples built as

@@ -2,16 +2,21 @@
 
 A backend speaks in operations: generators that yield its own statements (SQL
 with bound parameters, or a callable for the in-memory saver) and receive
-their rows. `run` drives an operation synchronously and `arun` asynchronously,
-each in the transaction its `Mode` calls for, so each operation is written once
-for both. What a backend can do beyond the primitives it declares as
-`Capabilities` (the classes of `_head_reader` name what those add).
+their rows. It supplies a transaction per `Mode` (`transaction`, and
+`atransaction` where its statements are awaited) that yields the executor of
+those statements; the drivers in `retaining_saver._effects` feed each
+operation's statements to it, so each operation is written once for both ways
+of calling and no backend drives one itself (see `_ops`). What a backend can do
+beyond the primitives it declares as `Capabilities` (the classes of
+`_head_reader` name what those add).
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, ClassVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -32,12 +37,13 @@ from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
 from retaining_saver._rules._resumed import Resumption, WriteKey, WriteRow
 from retaining_saver.backends._apply import apply_plan
+from retaining_saver.backends._ops import AExecute as AExecute
 from retaining_saver.backends._ops import Capabilities as Capabilities
+from retaining_saver.backends._ops import Execute as Execute
 from retaining_saver.backends._ops import Integrity as Integrity
 from retaining_saver.backends._ops import Mode as Mode
 from retaining_saver.backends._ops import Op as Op
 from retaining_saver.backends._ops import T as T
-from retaining_saver.backends._ops import drive_statements as drive_statements
 from retaining_saver.backends._ops import on_saver_loop as on_saver_loop
 from retaining_saver.backends._stats import (
     ChannelStats,
@@ -51,8 +57,8 @@ from retaining_saver.backends._stats import (
 class Backend(ABC):
     """Loads lineage and carries out plans for one saver.
 
-    Subclasses implement the primitives below as operations; `apply_plan` and
-    the drivers are shared.
+    Subclasses implement the primitives below as operations, and the transactions
+    they run in; `apply_plan` is shared.
     """
 
     kind: ClassVar[str]
@@ -60,6 +66,12 @@ class Backend(ABC):
     stores_blobs: ClassVar[bool]
     holds_nul: ClassVar[bool] = True
     """Whether a thread id may contain NUL (Postgres text cannot)."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """An async saver's event loop, where a sync caller's transaction runs; None where the
+    calling thread runs it."""
+    awaits: bool = False
+    """Whether its statements are awaited on `loop` (`atransaction`); else an async caller
+    runs the sync `transaction` whole, where `hop` puts it."""
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
@@ -92,15 +104,23 @@ class Backend(ABC):
         (a read-only database, a role without DELETE); else None."""
         return None
 
-    # Drivers
+    # Transactions
 
     @abstractmethod
-    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """Carry out `op` synchronously, in the transaction `mode` calls for."""
+    def transaction(self, mode: Mode) -> AbstractContextManager[Execute]:
+        """The transaction `mode` calls for, on the saver's connection, yielding the executor
+        of this backend's statements: ended with a commit when the block ends, with a
+        rollback if it raises."""
 
-    @abstractmethod
-    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """Carry out `op` asynchronously, in the transaction `mode` calls for."""
+    def atransaction(self, mode: Mode) -> AbstractAsyncContextManager[AExecute]:
+        """`transaction`, with statements awaited on `loop`: for a backend that `awaits`."""
+        raise NotImplementedError(f"{type(self).__name__} runs its transactions in `hop`")
+
+    async def hop(self, call: Callable[[], T]) -> T:
+        """`call()`, a sync transaction with its statements, run whole where this backend's
+        connection can be used for an async caller: by default in a worker thread, as the
+        async savers run a blocking call."""
+        return await asyncio.to_thread(call)
 
     # Primitives
 

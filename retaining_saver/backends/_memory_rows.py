@@ -1,8 +1,8 @@
 """Undoable changes to an `InMemorySaver`'s dicts, and its whole-thread and whole-run
 operations (`delete_for_runs` finds a run's threads; `copy_thread` copies one).
 
-Every change a statement makes is journalled, so that `MemoryBackend.run` can undo
-the operation's earlier statements if a later one fails: an operation is one
+Every change a statement makes is journalled, so that `MemoryBackend.transaction` can
+undo the operation's earlier statements if a later one fails: an operation is one
 transaction here too.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Generic
 
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import NodeKey, WriteKey, WriteRow
-from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._base import Backend, Op, T
 
-# The running operation's undo actions, per OS thread (see `MemoryBackend.run`).
+# The running operation's undo actions, per OS thread (see `MemoryBackend.transaction`).
 _JOURNAL = threading.local()
 
 
@@ -46,19 +46,29 @@ def put(records: dict[Any, Any], key: Any, value: Any) -> None:
     records[key] = value
 
 
-def journalled(run: Callable[[], Any]) -> Any:
-    """`run()`, its journalled changes undone if it raises."""
-    outer = getattr(_JOURNAL, "undo", None)
-    undos: list[Callable[[], Any]] = []
-    _JOURNAL.undo = undos
-    try:
-        return run()
-    except BaseException:
-        for undo in reversed(undos):
-            undo()
-        raise
-    finally:
-        _JOURNAL.undo = outer
+class Journalled(Generic[T]):
+    """A block, given `value`, whose journalled changes are undone if it raises: what
+    `MemoryBackend.transaction` is. A class rather than a generator, as it wraps every
+    operation of an admission."""
+
+    __slots__ = ("outer", "undos", "value")
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __enter__(self) -> T:
+        self.outer = getattr(_JOURNAL, "undo", None)
+        self.undos: list[Callable[[], Any]] = []
+        _JOURNAL.undo = self.undos
+        return self.value
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            if kind is not None:
+                for undo in reversed(self.undos):
+                    undo()
+        finally:
+            _JOURNAL.undo = self.outer
 
 
 class MemoryThreads(Backend):

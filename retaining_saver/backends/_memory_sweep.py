@@ -1,7 +1,7 @@
 """The idle-thread sweep on an `InMemorySaver`: its dicts are the index.
 
 Each "statement" is a closure over the saver's dicts, as in `memory`; the
-backend's `run` undoes what a failed operation changed. One process holds
+backend's transaction undoes what a failed operation changed. One process holds
 the store, so the per-thread lock of `RetainingSaver` is the only lock.
 """
 

@@ -1,21 +1,37 @@
-"""What a backend's operations are and how they run: `Op` (a generator of a backend's own
-statements that receives their results), the transaction `Mode` each runs in, the
-`Capabilities` a backend declares, the `Integrity` it reports, and the two drivers that
-every store shares (`drive_statements` feeds an operation's statements to an executor;
-`on_saver_loop` runs a coroutine on an async saver's loop from another thread).
-`_base` re-exports them for the backends."""
+"""What a backend's operations are and what it supplies to run them: `Op` (a generator of a
+backend's own statements that receives their results), the transaction `Mode` each runs
+in, the executors a transaction yields (`Execute`, `AExecute`), the `Capabilities` a
+backend declares, the `Integrity` it reports, and `on_saver_loop` (which runs a
+coroutine on an async saver's loop from another thread). `_base` re-exports them for
+the backends.
+
+An op is the unit of a transaction. A flow yields `Run(op, mode)` and the one driver
+pair in `retaining_saver._effects` (`run`, `arun`, which `drive`/`adrive` call for a
+`Run`) feeds the op's statements, one after the other, to the executor of the
+transaction its backend opens for `mode` (`Backend.transaction`, `atransaction`).
+That is why an op's statements are a sub-generator of one `Run` and not effects of
+the flow: between a transaction's first statement and its end no other effect (the
+thread's lock, a history cache, a read through the saver, another op, the app's code)
+may run, and the flow goes on, with the op's result, only once the transaction has
+ended.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]
-"""An operation: yields statements, receives their results, returns a T."""
+"""An operation: yields statements, receives their results, returns a T; the statements
+of one transaction."""
+Execute = Callable[[Any], Any]
+"""What a sync transaction yields: runs one of its backend's statements, answers its result."""
+AExecute = Callable[[Any], Awaitable[Any]]
+"""What an async transaction yields: `Execute`, awaited."""
 
 
 class Mode(StrEnum):
@@ -71,19 +87,6 @@ class Capabilities:
     reads_head: bool = False
     takes_as_it_reads: bool = False
     compacts: bool = False
-
-
-def drive_statements(op: Op[T], execute: Callable[[Any], Any]) -> T:
-    """Feed each statement `op` yields to `execute`, and its result back to `op`."""
-    try:
-        statement = next(op)
-        while True:
-            statement = op.send(execute(statement))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    finally:
-        op.close()
 
 
 def on_saver_loop(

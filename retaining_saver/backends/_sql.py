@@ -8,8 +8,8 @@ store's texts are named constants in its SQL module (`_postgres_sql`,
 from one of them, by name. Where the dialects differ beyond the text, a hook
 says how: a node from its row (`_node`; SQLite decodes the checkpoint blob,
 Postgres reads JSONB columns), a list of ids as bound (`_ids_param`), and the
-clock reclaim records are aged by (`_reclaim_times`). The drivers stay in each
-backend module: how a transaction runs differs far more than what runs in it.
+clock reclaim records are aged by (`_reclaim_times`). The transactions stay in
+each backend module: how a transaction runs differs far more than what runs in it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ statements here (`head_row`): both in one hop to aiosqlite's thread, under
 the saver's lock and outside any transaction, where the saver takes six. The
 tuples are built as the saver builds them, from the same
 statements and the same upstream helpers (`_upstream.tuples`), so that a
-wrapped read answers what a bare one would; on drift (`fast` off) the saver reads for itself.
+wrapped read answers what a bare one would; on drift (`matches_audit` false) the saver reads
+for itself.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Giving a SQLite file's free pages back: what `SqliteBackend.compact` runs.
 
 Deleting rows never shrinks a SQLite file: the pages go to its freelist. This
-module measures the freelist and, past a ratio, checkpoints the WAL and runs
-`VACUUM`. It holds the operation (its statements are in `_sqlite_sql_plan`); `SqliteBackend` runs
-them on the saver's connection, under its lock.
+module measures the freelist (`measure`, an operation) and, past a ratio, checkpoints
+the WAL and runs `VACUUM` (`compaction`: its statements, in `_sqlite_sql_plan`, run one
+by one outside any transaction, which VACUUM needs); `SqliteBackend` gives it the saver's
+connection, under its lock.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from retaining_saver.backends._base import Op
+from retaining_saver.backends._base import Execute, Op
 from retaining_saver.backends._sql import Row, Statement
 from retaining_saver.backends._sqlite_sql_plan import (
     SELECT_PAGES_SQL,
@@ -73,25 +74,18 @@ def check_ratio(min_free_ratio: float) -> None:
 
 def measure() -> Op[Pages]:
     """The database's pages, free pages, page size and bytes on disk; reads only."""
-    row = (yield Statement(SELECT_PAGES_SQL))[0]
-    return Pages(
-        pages=int(row["page_count"]),
-        free_pages=int(row["freelist_count"]),
-        page_size=int(row["page_size"]),
-        file_bytes=_file_bytes(row),
-    )
+    return _pages((yield Statement(SELECT_PAGES_SQL))[0])
 
 
-def compaction(min_free_ratio: float) -> Op[Compaction]:
-    """Measure the freelist; when it is large enough, vacuum and measure again."""
-    before = yield from measure()
-    after = before
+def compaction(execute: Execute, min_free_ratio: float) -> Compaction:
+    """Measure the freelist; when it is large enough, vacuum and measure again. Each
+    statement goes to `execute` on its own: VACUUM cannot run in a transaction."""
+    before = after = _pages(execute(Statement(SELECT_PAGES_SQL))[0])
     ran = before.worth_vacuum(min_free_ratio)
     if ran:
-        yield Statement(WAL_CHECKPOINT_SQL)
-        yield Statement(VACUUM_SQL)
-        yield Statement(WAL_CHECKPOINT_SQL)
-        after = yield from measure()
+        for sql in (WAL_CHECKPOINT_SQL, VACUUM_SQL, WAL_CHECKPOINT_SQL):
+            execute(Statement(sql))
+        after = _pages(execute(Statement(SELECT_PAGES_SQL))[0])
     return Compaction(
         ran=ran,
         pages_before=before.pages,
@@ -101,6 +95,16 @@ def compaction(min_free_ratio: float) -> Op[Compaction]:
         file_bytes_before=before.file_bytes,
         file_bytes_after=after.file_bytes,
         page_size=before.page_size,
+    )
+
+
+def _pages(row: Row) -> Pages:
+    """The `Pages` of `SELECT_PAGES_SQL`'s row."""
+    return Pages(
+        pages=int(row["page_count"]),
+        free_pages=int(row["freelist_count"]),
+        page_size=int(row["page_size"]),
+        file_bytes=_file_bytes(row),
     )
 
 

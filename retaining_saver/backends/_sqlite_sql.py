@@ -1,4 +1,4 @@
-"""SQLite: the SQL of the drivers, of the primitives every backend has, of the reclaim
+"""SQLite: the SQL of the transactions, of the primitives every backend has, of the reclaim
 records' table, of whole-thread operations and of admission's reads, each statement
 written out in full under its name.
 
@@ -11,7 +11,7 @@ that run them import them by name.
 
 from __future__ import annotations
 
-# The drivers': a write transaction takes the write lock before its first read.
+# The transactions': a write one takes the write lock before its first read.
 BEGIN_SQL = "BEGIN IMMEDIATE"
 
 COMMIT_SQL = "COMMIT"

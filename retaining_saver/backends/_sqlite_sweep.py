@@ -4,7 +4,7 @@ The scan walks thread ids by key with a recursive query, each step a probe of
 `retaining_saver_checkpoints_root_idx` (root-namespace checkpoints by thread
 and id), created on the sweeper's first write. A dry run, which must not
 change the file, scans by the primary key instead. Each thread's transaction
-is `BEGIN IMMEDIATE` (the backend's `run`): the write lock first, so no
+is `BEGIN IMMEDIATE` (the backend's `transaction`): the write lock first, so no
 other connection writes between the re-check and the commit; that is also
 what keeps two sweepers off one thread.
 """

@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -20,20 +21,19 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
 from retaining_saver._rules._recheck import ParentChange, RowKey
-from retaining_saver.backends._base import (
-    Integrity,
-    Mode,
-    Op,
-    T,
-    drive_statements,
-)
+from retaining_saver.backends._base import Execute, Integrity, Mode, Op, T
 from retaining_saver.backends._memory_resumes import MemoryResumes
-from retaining_saver.backends._memory_rows import MemoryThreads, drop, journal, journalled
+from retaining_saver.backends._memory_rows import Journalled, MemoryThreads, drop, journal
 from retaining_saver.backends._memory_stats import MemoryStats
 from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
 from retaining_saver.backends._upstream.tuples import memory_tuple
 
 Statement = Callable[[], Any]
+
+
+def _execute(statement: Statement) -> Any:
+    """Run one statement: a closure over the saver's dicts."""
+    return statement()
 
 
 def _set_row(rows: dict[str, Any], checkpoint_id: str, parent_id: str | None) -> None:
@@ -65,15 +65,14 @@ class MemoryBackend(MemoryStats, MemoryResumes, MemoryThreads):
     stores_blobs = True
     saver: InMemorySaver
 
-    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """Carry out `op`, in any mode; if a statement raises, undo what the earlier ones
-        changed, so that the operation is one transaction here too."""
-        result: T = journalled(lambda: drive_statements(op, lambda statement: statement()))
-        return result
+    def transaction(self, mode: Mode) -> AbstractContextManager[Execute]:
+        """Any mode: if a statement raises, undo what the earlier ones changed, so that
+        the operation is one transaction here too."""
+        return Journalled(_execute)
 
-    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
+    async def hop(self, call: Callable[[], T]) -> T:
         # Nothing here awaits, so the operation is as atomic as a sync call.
-        return self.run(op, mode)
+        return call()
 
     def _namespaces(self, thread_id: str) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = self.saver.storage.get(thread_id, {})

@@ -22,9 +22,9 @@ All of the store's SQL is named constants in the `_postgres_sql*` modules
 (see `_postgres_sql`). The logic is in modules split by when their statements
 run, so that each can be read whole:
 
-- this one: the drivers, which run every statement; the reclaim records'
-  table and the parent index; and the statements of `SqlBackend`'s primitives
-  (`_sql`), each field of `SQL` assigned from its constant;
+- this one: the transactions, whose executors run every statement; the reclaim
+  records' table and the parent index; and the statements of `SqlBackend`'s
+  primitives (`_sql`), each field of `SQL` assigned from its constant;
 - `_postgres_admission` (`PostgresAdmission`): admission, on the path of every
   run's read, each statement one round trip tuned to its query plan: the
   guarded takes of a trailing leaf, and the saver's own reads;
@@ -32,17 +32,16 @@ run, so that each can be read whole:
   the blobs they free; `_postgres_stats` (`PostgresStats`): the statistics.
 
 `PostgresBackend` mixes them in; their statements reach the database only
-through the drivers here (`run`, `arun`, by `_execute`, `_aexecute`).
+through the executors of the transactions here (`_execute`, `_aexecute`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -50,7 +49,7 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow
 
 from retaining_saver._rules import CheckpointNode
-from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
+from retaining_saver.backends._base import AExecute, Execute, Mode, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
@@ -165,10 +164,17 @@ async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row
     return await cur.fetchall() if statement.fetch else []
 
 
-def _committing_async(op: Op[T]) -> Op[T]:
-    """`op` in a transaction whose commit does not wait for the WAL flush."""
-    yield Statement(ASYNC_COMMIT_SQL, prepare=False)
-    return (yield from op)
+INDEXING = tuple(
+    Statement(sql, prepare=False)
+    for sql in (
+        CREATE_PARENT_INDEX_SQL,
+        CREATE_ROOT_INDEX_SQL,
+        CREATE_RUN_INDEX_SQL,
+        CREATE_TABLES_SQL,
+    )
+)
+"""The statements of `create_indexes`, each on its own (`CONCURRENTLY` runs in no
+transaction) and never prepared: each runs once."""
 
 
 class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResumes):
@@ -183,9 +189,14 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
     resume_sql = RESUME_SQL
     saver: PostgresSaver | AsyncPostgresSaver
 
-    # Drivers
+    # Transactions
 
     reclaimed_table_ready = False
+
+    def __init__(self, saver: PostgresSaver | AsyncPostgresSaver) -> None:
+        super().__init__(saver)
+        if isinstance(saver, AsyncPostgresSaver):
+            self.loop, self.awaits = saver.loop, True
 
     def permission_problem(self, error: BaseException) -> str | None:
         """SQLSTATE 42501 (insufficient_privilege): the driver's first line names it."""
@@ -193,97 +204,68 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
             return None
         return str(error).splitlines()[0] if str(error) else "insufficient privilege"
 
-    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """Carry out `op` on the saver's connection: a READ or GUARDED one statement per
-        transaction where the connection autocommits, else (and a WRITE always) in one
-        transaction. An async saver runs it on its loop."""
-        if isinstance(self.saver, AsyncPostgresSaver):
-            return on_saver_loop(self.saver.loop, None, lambda: self.arun(op, mode))
-        with self._transaction(mode) as cur:
-            return drive_statements(self._ready(op, mode, cur), partial(_execute, cur))
-
-    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """`run`, asynchronously; a sync `PostgresSaver` runs it in a worker thread.
-
-        The statements are fed to `_aexecute` right here, not through a shared
-        driver: a statement climbs no frame of ours between the flow and the
-        cursor (`scripts/statement_frames.py`).
-        """
-        if isinstance(self.saver, PostgresSaver):
-            return await asyncio.to_thread(self.run, op, mode)
-        async with self._atransaction(mode) as cur:
-            try:
-                statement = next(op := self._ready(op, mode, cur))
-                while True:
-                    statement = op.send(await _aexecute(cur, statement))
-            except StopIteration as done:
-                return cast(T, done.value)
-            finally:
-                op.close()
-
     @contextmanager
-    def _transaction(self, mode: Mode) -> Iterator[Cursor[DictRow]]:
-        """The sync saver's cursor, in the transaction `run` runs `mode` in; the saver's
-        pipeline is synced first, so that the transaction takes in nothing it queued."""
-        saver = cast(PostgresSaver, self.saver)
-        with saver._cursor() as cur:
+    def transaction(self, mode: Mode) -> Iterator[Execute]:
+        """The sync saver's cursor: a READ or GUARDED transaction one statement each where
+        the connection autocommits, else (and a WRITE always) one transaction. The
+        saver's pipeline is synced first, so that the transaction takes in nothing it
+        queued."""
+        with (saver := cast(PostgresSaver, self.saver))._cursor() as cur:
             if saver.pipe:
                 saver.pipe.sync()
-            each = mode is not Mode.WRITE and cur.connection.autocommit
-            with nullcontext() if each else cur.connection.transaction():
-                yield cur
+            with self._enclosing(mode, cur):
+                list(map(execute := partial(_execute, cur), self._preamble(mode, cur)))
+                yield execute
+                self.reclaimed_table_ready |= mode is not Mode.READ
 
     @asynccontextmanager
-    async def _atransaction(self, mode: Mode) -> AsyncIterator[AsyncCursor[DictRow]]:
-        """`_transaction`, for the async saver."""
-        saver = cast(AsyncPostgresSaver, self.saver)
-        async with saver._cursor() as cur:
+    async def atransaction(self, mode: Mode) -> AsyncIterator[AExecute]:
+        """`transaction`, for the async saver."""
+        async with (saver := cast(AsyncPostgresSaver, self.saver))._cursor() as cur:
             if saver.pipe:
                 await saver.pipe.sync()
-            each = mode is not Mode.WRITE and cur.connection.autocommit
-            async with nullcontext() if each else cur.connection.transaction():
-                yield cur
+            async with self._enclosing(mode, cur):
+                for statement in self._preamble(mode, cur):
+                    await _aexecute(cur, statement)
+                yield partial(_aexecute, cur)
+                self.reclaimed_table_ready |= mode is not Mode.READ
 
-    def _ready(self, op: Op[T], mode: Mode, cur: Cursor[DictRow] | AsyncCursor[DictRow]) -> Op[T]:
-        """`op`, preceded on this backend's first write by the reclaim records' and resume
-        ledger's tables, in one statement (a read creates nothing), and in a WRITE
-        transaction of ours (on an autocommit connection, not inside a caller's) by
-        `ASYNC_COMMIT_SQL`."""
+    def _enclosing(self, mode: Mode, cur: Any) -> Any:
+        """The connection's transaction `mode` runs in; none for a READ or GUARDED one on an
+        autocommit connection, whose statements each run on their own."""
+        if mode is not Mode.WRITE and cur.connection.autocommit:
+            return nullcontext()
+        return cur.connection.transaction()
+
+    def _preamble(self, mode: Mode, cur: Any) -> list[Statement]:
+        """What runs first in the transaction: on this backend's first write, the reclaim
+        records' and resume ledger's tables, in one statement (a read creates nothing);
+        in a WRITE transaction of ours (on an autocommit connection, not inside a
+        caller's), `ASYNC_COMMIT_SQL`, so that its commit does not wait for the WAL
+        flush."""
+        first = []
+        if mode is not Mode.READ and not self.reclaimed_table_ready:
+            first.append(Statement(CREATE_TABLES_SQL))
         if mode is Mode.WRITE and cur.connection.autocommit:
-            op = _committing_async(op)
-        if mode is Mode.READ or self.reclaimed_table_ready:
-            return op
-        return self._creating_table(op)
-
-    def _creating_table(self, op: Op[T]) -> Op[T]:
-        yield Statement(CREATE_TABLES_SQL)
-        result = yield from op
-        self.reclaimed_table_ready = True
-        return result
+            first.append(Statement(ASYNC_COMMIT_SQL, prepare=False))
+        return first
 
     def create_indexes(self) -> None:
         """Create the parent index, the sweep's root index and the run index, concurrently,
         and the reclaim records' and resume ledger's tables; needs an autocommit
         connection."""
-        if isinstance(self.saver, AsyncPostgresSaver):
-            return on_saver_loop(self.saver.loop, "create_retention_indexes", self.acreate_indexes)
-        self.run(self._indexing(), Mode.GUARDED)
+        if self.loop is not None:
+            return on_saver_loop(self.loop, "create_retention_indexes", self.acreate_indexes)
+        with self.transaction(Mode.GUARDED) as execute:
+            list(map(execute, INDEXING))
 
     async def acreate_indexes(self) -> None:
-        """Async `create_indexes`."""
-        await self.arun(self._indexing(), Mode.GUARDED)
-
-    def _indexing(self) -> Op[None]:
-        """The statements of `create_indexes`, each on its own (`CONCURRENTLY` runs in no
-        transaction) and never prepared: each runs once."""
-        for sql in (
-            CREATE_PARENT_INDEX_SQL,
-            CREATE_ROOT_INDEX_SQL,
-            CREATE_RUN_INDEX_SQL,
-            CREATE_TABLES_SQL,
-        ):
-            yield Statement(sql, prepare=False)
-        self.reclaimed_table_ready = True
+        """Async `create_indexes`; a sync `PostgresSaver` runs it in a worker thread."""
+        if not self.awaits:
+            return await self.hop(self.create_indexes)
+        async with self.atransaction(Mode.GUARDED) as aexecute:
+            for statement in INDEXING:
+                await aexecute(statement)
 
     # Dialect hooks
 

@@ -24,7 +24,7 @@ lock and outside any transaction, as the saver runs them in six.
 
 All of the store's SQL is named constants in `_sqlite_sql` and `_sqlite_sql_plan`.
 The primitives are `SqlBackend`'s (`_sql`), run on the statements `SQL` names;
-this module adds the drivers. Three modules beside it hold the rest:
+this module adds the transactions they run in. Three modules beside it hold the rest:
 `_sqlite_plan` decodes rows into nodes and carries out a plan's changes,
 `_sqlite_admission` runs the saver's own reads for admission, and
 `_sqlite_compaction` gives free pages back.
@@ -43,14 +43,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._rules import CheckpointNode
-from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
+from retaining_saver.backends._base import Execute, Mode, T, on_saver_loop
 from retaining_saver.backends._sql import Row, SqlTexts, Statement
 from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
 from retaining_saver.backends._sql_threads import ThreadTexts
@@ -193,12 +193,13 @@ def _execute(conn: sqlite3.Connection, statement: Statement) -> list[Row]:
         cur.close()
 
 
-def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
-    """`op` in one transaction, ended whatever happens.
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """The block in one transaction, ended whatever happens.
 
     Python 3.12's `autocommit=True` makes `commit()` and `rollback()` do nothing:
     our `BEGIN` is ended by statements. Under `autocommit=False` a transaction is
-    always open, so none can begin: `op` runs in it (SQLite refuses to commit
+    always open, so none can begin: the block runs in it (SQLite refuses to commit
     a write over a snapshot another writer changed) and it is committed.
     """
     mode = getattr(conn, "autocommit", None)
@@ -206,13 +207,12 @@ def _transaction(conn: sqlite3.Connection, op: Op[T]) -> T:
         try:
             if mode is not False:
                 _execute(conn, Statement(BEGIN_SQL))
-            result = drive_statements(op, partial(_execute, conn))
+            yield
             _end(conn, mode, COMMIT_SQL)
         except BaseException:
             # Whatever failed after BEGIN ran must not leave the connection inside it.
             _end(conn, mode, ROLLBACK_SQL)
             raise
-    return result
 
 
 def _end(conn: sqlite3.Connection, mode: object, sql: str) -> None:
@@ -252,24 +252,21 @@ def _commit_without_fsync(conn: sqlite3.Connection) -> Iterator[None]:
                 logger.warning("could not restore PRAGMA synchronous = %s: %r", level, error)
 
 
-def _statements(conn: sqlite3.Connection, op: Op[T]) -> T:
-    """`op`'s statements with no transaction of ours, as the saver runs its reads; under
-    `autocommit=False`, the transaction they ran in is ended, so no read lock stays."""
-    result = drive_statements(op, partial(_execute, conn))
+def _end_read(conn: sqlite3.Connection) -> None:
+    """After a read's statements, run with no transaction of ours as the saver runs its
+    reads: under `autocommit=False`, end the transaction they ran in, so no read lock
+    stays."""
     if getattr(conn, "autocommit", None) is False:
         conn.rollback()
-    return result
 
 
-async def _on_connection_thread(
-    conn: aiosqlite.Connection, call: Callable[..., T], *args: Any
-) -> T:
-    """`call(*args)` on the thread that owns `conn`'s sqlite3 connection, in one hop.
+async def _on_connection_thread(conn: aiosqlite.Connection, call: Callable[[], T]) -> T:
+    """`call()` on the thread that owns `conn`'s sqlite3 connection, in one hop.
 
     aiosqlite 0.22 queues `_execute(fn, ...)` to that thread and answers its
     result; `conn._conn` is the `sqlite3.Connection` that lives there.
     """
-    result: T = await conn._execute(call, *args)  # type: ignore[no-untyped-call]
+    result: T = await conn._execute(call)  # type: ignore[no-untyped-call]
     return result
 
 
@@ -284,9 +281,14 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
     resume_sql = RESUME_SQL
     saver: SqliteSaver | AsyncSqliteSaver
 
-    # Drivers
+    # Transactions
 
     index_ready = False
+
+    def __init__(self, saver: SqliteSaver | AsyncSqliteSaver) -> None:
+        super().__init__(saver)
+        if isinstance(saver, AsyncSqliteSaver):
+            self.loop = saver.loop
 
     def permission_problem(self, error: BaseException) -> str | None:
         """SQLITE_READONLY and its extended codes: the file or connection is read-only."""
@@ -295,52 +297,48 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
             return str(error)
         return None
 
-    def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """Carry out `op` under the saver's lock, once it is set up: a READ outside any
-        transaction of ours, as the saver's own reads run (`BEGIN IMMEDIATE` would take
-        the write lock); a WRITE or GUARDED one in one `BEGIN IMMEDIATE` transaction.
-        An async saver runs it on its loop."""
+    @contextmanager
+    def transaction(self, mode: Mode) -> Iterator[Execute]:
+        """On the saver's connection, once it is set up: a READ in no transaction of ours,
+        as the saver's own reads run (`BEGIN IMMEDIATE` would take the write lock); a
+        WRITE or GUARDED one in one `BEGIN IMMEDIATE` transaction, on this backend's
+        first preceded by the parent index, the reclaim records' table and the resume
+        ledger's.
+
+        Over an `AsyncSqliteSaver` it is entered on aiosqlite's connection thread,
+        by `hop`, which holds the saver's lock.
+        """
         if isinstance(saver := self.saver, AsyncSqliteSaver):
-            return on_saver_loop(saver.loop, None, lambda: self.arun(op, mode))
-        return cast(T, self._on_connection(self._carry_out, op, mode))
-
-    async def arun(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-        """`run`, asynchronously: on aiosqlite's connection thread, in one hop; a sync
-        `SqliteSaver` runs it in a worker thread."""
-        if isinstance(self.saver, SqliteSaver):
-            return await asyncio.to_thread(self.run, op, mode)
-        return await self._aon_connection(self._carry_out, op, mode)
-
-    def _carry_out(self, conn: sqlite3.Connection, op: Op[T], mode: Mode) -> T:
-        """`run` on the sqlite3 connection, under the saver's lock."""
-        if mode is Mode.READ:
-            return _statements(conn, op)
-        return _transaction(conn, self._indexed(op))
-
-    def _on_connection(self, call: Callable[..., T], *args: Any) -> T:
-        """`call(conn, *args)` on the sync saver's sqlite3 connection, under its lock, once
-        it is set up."""
-        with (saver := cast(SqliteSaver, self.saver)).lock:
+            yield from self._statements(saver.conn._conn, mode)
+            return
+        with saver.lock:
             saver.setup()
-            return call(saver.conn, *args)
+            yield from self._statements(saver.conn, mode)
 
-    async def _aon_connection(self, call: Callable[..., T], *args: Any) -> T:
-        """`_on_connection`, for the async saver: on aiosqlite's connection thread."""
-        await (saver := cast(AsyncSqliteSaver, self.saver)).setup()
+    def _statements(self, conn: sqlite3.Connection, mode: Mode) -> Iterator[Execute]:
+        """`transaction`'s body on `conn`: the executor, in what `mode` runs in."""
+        execute = partial(_execute, conn)
+        if mode is Mode.READ:
+            yield execute
+            _end_read(conn)
+            return
+        with _transaction(conn):
+            if not self.index_ready:
+                execute(Statement(CREATE_PARENT_INDEX_SQL))
+                execute(Statement(CREATE_RECLAIMED_TABLE_SQL))
+                execute(Statement(CREATE_RESUMED_TABLE_SQL))
+                execute(Statement(CREATE_RESUMED_RUN_INDEX_SQL))
+            yield execute
+            self.index_ready = True
+
+    async def hop(self, call: Callable[[], T]) -> T:
+        """`call()` on aiosqlite's connection thread, in one hop, under the saver's lock
+        once it is set up; a sync `SqliteSaver` runs it in a worker thread."""
+        if isinstance(saver := self.saver, SqliteSaver):
+            return await asyncio.to_thread(call)
+        await saver.setup()
         async with saver.lock:
-            return await _on_connection_thread(saver.conn, call, saver.conn._conn, *args)
-
-    def _indexed(self, op: Op[T]) -> Op[T]:
-        """`op`, preceded on this backend's first run by the parent index, the reclaim
-        records' table and the resume ledger's."""
-        if not self.index_ready:
-            yield Statement(CREATE_PARENT_INDEX_SQL)
-            yield Statement(CREATE_RECLAIMED_TABLE_SQL)
-            yield Statement(CREATE_RESUMED_TABLE_SQL)
-            yield Statement(CREATE_RESUMED_RUN_INDEX_SQL)
-        result = yield from op
-        self.index_ready = True
-        return result
+            return await _on_connection_thread(saver.conn, call)
 
     # Dialect hooks
 
@@ -367,30 +365,30 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
         some page is free), checkpoint the WAL with TRUNCATE, `VACUUM`, and
         checkpoint again so the rebuilt pages land in the main file. VACUUM
         cannot run in a transaction, so this runs under the saver's lock but
-        outside `run`. It needs no other connection to hold the database open
+        outside `transaction`. It needs no other connection to hold the database open
         in a transaction; if one does, SQLite raises `database is locked`.
 
         Raises:
             ValueError: If `min_free_ratio` is not within [0, 1].
         """
         check_ratio(min_free_ratio)
-        if isinstance(saver := self.saver, AsyncSqliteSaver):
-            return on_saver_loop(
-                saver.loop, "compact_storage", partial(self.acompact, min_free_ratio)
-            )
-        return self._on_connection(_compact, min_free_ratio)
+        if (loop := self.loop) is None:
+            return self._compact(min_free_ratio)
+        return on_saver_loop(loop, "compact_storage", partial(self.acompact, min_free_ratio))
 
     async def acompact(self, min_free_ratio: float = 0.25) -> Compaction:
         """`compact`, asynchronously; a sync `SqliteSaver` runs it in a worker thread."""
         check_ratio(min_free_ratio)
-        if isinstance(self.saver, SqliteSaver):
-            return await asyncio.to_thread(self.compact, min_free_ratio)
-        return await self._aon_connection(_compact, min_free_ratio)
+        return await self.hop(partial(self._compact, min_free_ratio))
 
-
-def _compact(conn: sqlite3.Connection, min_free_ratio: float) -> Compaction:
-    """`compaction` on `conn`, outside any transaction: VACUUM cannot run in one."""
-    return drive_statements(compaction(min_free_ratio), partial(_execute, conn))
+    def _compact(self, min_free_ratio: float) -> Compaction:
+        """`compaction` on the saver's connection (as `transaction` takes it), outside any
+        transaction: VACUUM cannot run in one."""
+        if isinstance(saver := self.saver, AsyncSqliteSaver):
+            return compaction(partial(_execute, saver.conn._conn), min_free_ratio)
+        with saver.lock:
+            saver.setup()
+            return compaction(partial(_execute, saver.conn), min_free_ratio)
 
 
 def make_backend(saver: SqliteSaver | AsyncSqliteSaver) -> SqliteBackend:

@@ -9,6 +9,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
+from retaining_saver._effects import arun, run
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Backend, Integrity
 from retaining_saver.backends.memory import _RECLAIMED
@@ -25,13 +26,13 @@ def _unwrapped(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
 def integrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
     """Dangling parents, orphan writes and orphan blobs of one thread."""
     backend = _backend(saver)
-    return backend.run(backend.integrity(thread_id))
+    return run(backend, backend.integrity(thread_id))
 
 
 async def aintegrity(saver: BaseCheckpointSaver[Any], thread_id: str) -> Integrity:
     """Async `integrity`."""
     backend = _backend(saver)
-    return await backend.arun(backend.integrity(thread_id))
+    return await arun(backend, backend.integrity(thread_id))
 
 
 def _backend(saver: BaseCheckpointSaver[Any]) -> Backend:

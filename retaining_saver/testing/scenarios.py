@@ -28,6 +28,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
+from retaining_saver._effects import run
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._rules import Protection, Reason, RetentionPolicy
 from retaining_saver._saver import RetainingSaver
@@ -116,7 +117,7 @@ def deleting_a_branch_ancestor_is_detected_loudly(factory: SaverFactory, flavor:
         backend = chat.saver._backend
         assert backend is not None
         ns, cid = "", str(ancestor.checkpoint["id"])
-        backend.run(backend.delete_checkpoint(T, ns, cid))
+        run(backend, backend.delete_checkpoint(T, ns, cid))
         try:
             list(walk(inner, thread(T)))
         except LineageIntegrityError:
@@ -133,7 +134,7 @@ def deleting_an_explicit_resume_target_removes_it(factory: SaverFactory, flavor:
         chat.turns(2, 3)
         backend = chat.saver._backend
         assert backend is not None
-        backend.run(backend.delete_checkpoint(T, "", target))
+        run(backend, backend.delete_checkpoint(T, "", target))
         assert inner.get_tuple(thread(T, target)) is None
         assert chat.graph.get_state(thread(T, target)).values == {}
 
@@ -264,7 +265,7 @@ def missing_ancestor_row_is_tolerated(factory: SaverFactory, flavor: Flavor) -> 
             for t in inner.list(thread(T))
             if (t.parent_config or {}).get("configurable", {}).get("checkpoint_id") == oldest
         )
-        backend.run(backend.delete_checkpoint(T, "", oldest))
+        run(backend, backend.delete_checkpoint(T, "", oldest))
         leaf = chat.head_id()
         report = chat.enforce(prune_leaf_sibling_branches=True, graft_duration_links=True)
         assert ("", leaf) in report.deleted

@@ -9,6 +9,7 @@ from langgraph.types import Command
 from savers import KINDS, open_async
 
 from retaining_saver import RetainingSaver, Skip
+from retaining_saver._effects import arun
 from retaining_saver.testing import awrite_duration_leaf
 from retaining_saver.testing.checks import aintegrity, awalk
 from retaining_saver.testing.graphs import (
@@ -89,7 +90,7 @@ class _Racing:
                 backend = saver._backend
                 assert backend is not None
                 op = backend.delete_checkpoint("race", "", found.checkpoint["id"])
-                await backend.arun(op)
+                await arun(backend, op)
             return found
 
         inner.aget_tuple = racing

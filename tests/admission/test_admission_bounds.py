@@ -17,6 +17,7 @@ from retaining_saver import (
     RetainingSaver,
     Skip,
 )
+from retaining_saver._effects import run
 from retaining_saver.backends import postgres as postgres_backend
 from retaining_saver.backends._base import Backend
 from retaining_saver.testing import RUNTIME_KEY, write_duration_leaf
@@ -379,7 +380,7 @@ def test_delta_history_of_a_vanished_target_is_rebuilt(
         assert resolved is not None and resolved.checkpoint["id"] == leaf
         backend = saver._backend
         assert backend is not None
-        backend.run(backend.delete_checkpoint("d", "", leaf))  # another worker reclaims it
+        run(backend, backend.delete_checkpoint("d", "", leaf))  # another worker reclaims it
         got = saver.get_delta_channel_history(config=thread("d", leaf), channels=["said"])
         assert got == expected
         bare = inner.get_delta_channel_history(config=thread("d", leaf), channels=["said"])

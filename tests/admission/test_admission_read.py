@@ -22,6 +22,7 @@ from savers import KINDS, open_async, open_sync
 from spies import Recorder
 
 from retaining_saver import RetainingSaver
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing import awrite_duration_leaf, leaf_of
 from retaining_saver.testing.graphs import (
@@ -148,7 +149,7 @@ def test_sqlite_head_read_runs_outside_a_transaction(request: pytest.FixtureRequ
         assert backend is not None
         statements: list[str] = []
         inner.conn.set_trace_callback(statements.append)
-        row = backend.run(backend.head_row("paused", ""), Mode.READ)  # type: ignore[attr-defined]
+        row = run(backend, backend.head_row("paused", ""), Mode.READ)  # type: ignore[attr-defined]
         inner.conn.set_trace_callback(None)
         assert not any("BEGIN" in statement for statement in statements)
         _same(backend.read_tuple(row), inner.get_tuple(_root("paused")))  # type: ignore[attr-defined]

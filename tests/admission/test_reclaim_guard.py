@@ -31,6 +31,7 @@ from savers import KINDS, open_sync
 import retaining_saver._rules as rules
 from retaining_saver import RetainingSaver
 from retaining_saver._admission import node_of
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Backend, Mode
 from retaining_saver.backends._head_reader import OneRoundBackend
 from retaining_saver.testing import write_duration_leaf
@@ -118,11 +119,11 @@ def _reparent_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: 
     grandparent = parent.parent_config["configurable"]["checkpoint_id"]
     parent_id = parent.config["configurable"]["checkpoint_id"]
     change = ("", leaf.checkpoint["id"], parent_id, grandparent)
-    assert backend.run(backend.set_parents(_thread(leaf), [change])) == 1
+    assert run(backend, backend.set_parents(_thread(leaf), [change])) == 1
 
 
 def _delete_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
-    assert backend.run(backend.delete_checkpoint(_thread(leaf), "", leaf.checkpoint["id"]))
+    assert run(backend, backend.delete_checkpoint(_thread(leaf), "", leaf.checkpoint["id"]))
 
 
 def _unmark_leaf(inner: Any, backend: Backend, leaf: CheckpointTuple, parent: Any) -> None:
@@ -171,8 +172,10 @@ def _take(
 ) -> bool:
     """Take `proven` through `via`; check what it answers besides; whether it was taken."""
     if via == "reclaim_leaf":
-        answer = backend.run(
-            backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset()), Mode.GUARDED
+        answer = run(
+            backend,
+            backend.reclaim_leaf(thread_id, proven, saver.policy, frozenset()),
+            Mode.GUARDED,
         )
         if isinstance(answer, rules.LeafFacts):
             verdict = rules.leaf_verdict(answer, saver.policy, frozenset())
@@ -180,16 +183,18 @@ def _take(
         return isinstance(answer, rules.LeafFacts)
     # The one-round read judges the head itself: it takes exactly what the rules would,
     # judged on the rows as they are now.
-    head = backend.run(backend.head_node(thread_id, ""), Mode.READ)
+    head = run(backend, backend.head_node(thread_id, ""), Mode.READ)
     assert head is not None
-    facts = backend.run(
-        backend.leaf_facts(thread_id, "", head.checkpoint_id, head.parent_id), Mode.READ
+    facts = run(
+        backend, backend.leaf_facts(thread_id, "", head.checkpoint_id, head.parent_id), Mode.READ
     )
     verdict = rules.leaf_verdict(facts, saver.policy, frozenset())
     marker = rules.DURATION_MARKER
     assert isinstance(backend, OneRoundBackend)
-    taken, row = backend.run(
-        backend.admit_and_read(thread_id, "", marker, frozenset(), "guard-token"), Mode.GUARDED
+    taken, row = run(
+        backend,
+        backend.admit_and_read(thread_id, "", marker, frozenset(), "guard-token"),
+        Mode.GUARDED,
     )
     assert (taken is not None) == isinstance(verdict, rules.Deletion), (taken, verdict)
     assert taken is None or taken == head.checkpoint_id

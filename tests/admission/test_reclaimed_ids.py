@@ -21,6 +21,7 @@ from langgraph.checkpoint.base.id import uuid6
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing import awrite_duration_leaf, write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity
@@ -172,10 +173,10 @@ def test_delete_thread_forgets_its_reclaims(kind: str, request: pytest.FixtureRe
         _, stamp, _ = _two_threads(saver)
         assert saver._backend is not None
         lookup = saver._backend.reclaimed_clone(RETAINED, "", stamp)
-        assert saver._backend.run(lookup, Mode.READ) is not None
+        assert run(saver._backend, lookup, Mode.READ) is not None
         saver.delete_thread(RETAINED)
         assert (
-            saver._backend.run(saver._backend.reclaimed_clone(RETAINED, "", stamp), Mode.READ)
+            run(saver._backend, saver._backend.reclaimed_clone(RETAINED, "", stamp), Mode.READ)
             is None
         )
         assert saver.get_tuple(_at(RETAINED, stamp)) is None

@@ -29,6 +29,7 @@ from langgraph.checkpoint.base.id import uuid6
 from savers import open_async, open_sync
 
 from retaining_saver import RetainingSaver
+from retaining_saver._effects import arun, run
 from retaining_saver._rules import (
     Plan,
     Reason,
@@ -94,14 +95,14 @@ class Store:
     async def run(self, op: Op[Any]) -> Any:
         """The saver's native driver: `arun` for an async saver, `run` otherwise."""
         if self.is_async:
-            return await self.backend.arun(op)
-        return self.backend.run(op)
+            return await arun(self.backend, op)
+        return run(self.backend, op)
 
     async def run_other_way(self, op: Op[Any]) -> Any:
         """The other driver: `run` from a worker thread, or `arun` of a sync saver."""
         if self.is_async:
-            return await asyncio.to_thread(self.backend.run, op)
-        return await self.backend.arun(op)
+            return await asyncio.to_thread(run, self.backend, op)
+        return await arun(self.backend, op)
 
     def table(self, role: int) -> str | None:
         return TABLES[self.backend.kind][role]
@@ -428,8 +429,8 @@ async def test_failed_op_rolls_back_every_deletion(store: Store, native: bool) -
 async def test_sync_run_on_the_loop_thread_is_refused(store: Store) -> None:
     await write_chain(store)
     with pytest.raises(asyncio.InvalidStateError, match="thread"):
-        store.backend.run(store.backend.load_lineage(THREAD))
-    lineage = await asyncio.to_thread(store.backend.run, store.backend.load_lineage(THREAD))
+        run(store.backend, store.backend.load_lineage(THREAD))
+    lineage = await asyncio.to_thread(run, store.backend, store.backend.load_lineage(THREAD))
     assert len(lineage.nodes) == 4
 
 

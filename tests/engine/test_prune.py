@@ -21,6 +21,7 @@ from langgraph.types import Command, Send
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.checks import aintegrity, integrity
@@ -165,7 +166,7 @@ def _record(saver: RetainingSaver, thread_id: str, checkpoint_id: str | None) ->
     """The clone the store's reclaim record names for `checkpoint_id`, if any."""
     backend = saver._backend
     assert backend is not None and checkpoint_id is not None
-    return backend.run(backend.reclaimed_clone(thread_id, "", checkpoint_id), Mode.READ)
+    return run(backend, backend.reclaimed_clone(thread_id, "", checkpoint_id), Mode.READ)
 
 
 def test_bad_arguments_name_themselves() -> None:

@@ -30,6 +30,7 @@ from test_run_rollback import aview, roll_back_against_twin, view
 from test_thread_ops import TARGET, TWIN, run_config
 
 from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper, SweepOutcome
+from retaining_saver._effects import run
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import thread
 
@@ -217,7 +218,7 @@ def test_only_a_resume_records_an_entry(
         assert noted == Counter()
         graph.invoke(Command(resume="ok"), run_config(TARGET, "run-resume"))
         assert noted == Counter({"run-resume": 1})
-        assert [e.run_id for e in backend.run(backend.resumptions(TARGET))] == ["run-resume"]
+        assert [e.run_id for e in run(backend, backend.resumptions(TARGET))] == ["run-resume"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -236,15 +237,15 @@ def test_the_ledger_goes_with_its_thread_copied_and_deleted(
             graph.invoke(Command(resume="one"), run_config(t, "run-1"))
         graph.invoke(Command(resume="two"), run_config(TARGET, "run-resume"))
         saver.copy_thread(TARGET, "copy")
-        assert len(backend.run(backend.resumptions("copy"))) == 2
+        assert len(run(backend, backend.resumptions("copy"))) == 2
         saver.delete_for_runs(["run-resume"])
         for t in (TARGET, "copy"):
             assert view(graph, saver, t) == view(graph, saver, TWIN)
             assert integrity(inner, t).clean
-            assert [e.run_id for e in backend.run(backend.resumptions(t))] == ["run-1"]
+            assert [e.run_id for e in run(backend, backend.resumptions(t))] == ["run-1"]
         saver.delete_thread(TARGET)
-        assert backend.run(backend.resumptions(TARGET)) == []
-        assert [e.run_id for e in backend.run(backend.resumptions("copy"))] == ["run-1"]
+        assert run(backend, backend.resumptions(TARGET)) == []
+        assert [e.run_id for e in run(backend, backend.resumptions("copy"))] == ["run-1"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -263,8 +264,8 @@ def test_a_sweep_deletes_the_ledger_with_its_thread(
             ("run-resume", Command(resume="two")),
         ):
             graph.invoke(given, run_config(TARGET, run_id))
-        assert len(backend.run(backend.resumptions(TARGET))) == 2
+        assert len(run(backend, backend.resumptions(TARGET))) == 2
         clock.advance(IDLE_FOR * 2)
         done = RetentionSweeper(saver, IdleThreadPolicy(IDLE_FOR, "delete"), clock=clock).run_pass()
         assert [r.outcome for r in done.results] == [SweepOutcome.DELETED]
-        assert backend.run(backend.resumptions(TARGET)) == []
+        assert run(backend, backend.resumptions(TARGET)) == []

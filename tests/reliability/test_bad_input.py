@@ -33,6 +33,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from savers import KINDS, open_async_at, open_sync_at, store
 
 from retaining_saver import DeltaHistoryCache, RetainingSaver, RetentionPolicy, Skip
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing import RUNTIME_KEY, write_duration_leaf
 from retaining_saver.testing.checks import integrity
@@ -247,8 +248,8 @@ def exists(saver: BaseCheckpointSaver[Any], thread_id: str, checkpoint_id: str) 
     writes the saver's own read of that checkpoint cannot sort)."""
     backend = RetainingSaver(saver)._backend
     assert backend is not None
-    return checkpoint_id in backend.run(
-        backend.load_nodes(thread_id, "", [checkpoint_id]), Mode.READ
+    return checkpoint_id in run(
+        backend, backend.load_nodes(thread_id, "", [checkpoint_id]), Mode.READ
     )
 
 

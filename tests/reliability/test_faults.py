@@ -56,7 +56,6 @@ import retaining_saver.backends.postgres as pg_backend
 import retaining_saver.backends.sqlite as sqlite_backend
 from retaining_saver import RetainingSaver
 from retaining_saver.backends import memory as memory_backend
-from retaining_saver.backends._base import drive_statements
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.checks import integrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
@@ -212,19 +211,17 @@ def install(kind: str, faults: Faults, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pg_backend, "_aexecute", postgres_aexecute)
         monkeypatch.setattr(FlakyPostgres, "faults", faults)
     else:
+        memory_execute = memory_backend._execute
 
-        def faulty(op: Any, execute: Any) -> Any:
-            # The backend's own run (with its rollback) drives the statements; each one
+        def faulty(statement: Any) -> Any:
+            # The backend's own transaction (with its undo) runs the statements; each one
             # passes through the fault plan first.
-            def closure(statement: Any) -> Any:
-                index = faults.before(_label(statement))
-                result = execute(statement)
-                faults.after(index)
-                return result
+            index = faults.before(_label(statement))
+            result = memory_execute(statement)
+            faults.after(index)
+            return result
 
-            return drive_statements(op, closure)
-
-        monkeypatch.setattr(memory_backend, "drive_statements", faulty)
+        monkeypatch.setattr(memory_backend, "_execute", faulty)
 
 
 # Stores, built once per module

@@ -13,6 +13,7 @@ from savers import KINDS, open_async, open_sync
 from sweep_kit import IDLE_FOR, OLD, VETOED, SweepClock, awrite_scene, set_clock, write_scene
 
 from retaining_saver import IdleThreadPolicy, RetainingSaver, RetentionSweeper, SweepOutcome
+from retaining_saver._effects import arun, run
 from retaining_saver.backends._base import Mode
 from retaining_saver.backends._postgres_sql_sweep import DELETE_BATCH_IF_UNCHANGED_SQL
 from retaining_saver.backends._postgres_sweep import PostgresSweep
@@ -28,7 +29,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SweepClock:
 
 def _count(saver: RetainingSaver, thread_id: str) -> int:
     backend = saver._require_backend()
-    return len(backend.run(backend.load_lineage(thread_id), Mode.READ).nodes)
+    return len(run(backend, backend.load_lineage(thread_id), Mode.READ).nodes)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,7 +130,7 @@ async def test_a_batch_rolled_back_goes_one_thread_at_a_time(
 
         monkeypatch.setattr(PostgresSweep, "delete_batch_unchanged", racing)
         backend = saver._require_backend()
-        before = await backend.arun(backend.load_lineage(revived), Mode.READ)
+        before = await arun(backend, backend.load_lineage(revived), Mode.READ)
         policy = IdleThreadPolicy(IDLE_FOR, keep_thread=lambda info: info.thread_id == VETOED)
         done = await RetentionSweeper(saver, policy, clock=clock).arun_pass()
         assert batches[0] == list(OLD)  # one batch, then each thread alone
@@ -137,10 +138,10 @@ async def test_a_batch_rolled_back_goes_one_thread_at_a_time(
         outcomes = {r.thread_id: r.outcome for r in done.results}
         assert outcomes[OLD[0]] == outcomes[OLD[2]] == SweepOutcome.DELETED
         for thread_id in (OLD[0], OLD[2]):
-            assert not (await backend.arun(backend.load_lineage(thread_id), Mode.READ)).nodes
+            assert not (await arun(backend, backend.load_lineage(thread_id), Mode.READ)).nodes
         if race == "a writer":
             assert outcomes[revived] == SweepOutcome.CHANGED
-            after = await backend.arun(backend.load_lineage(revived), Mode.READ)
+            after = await arun(backend, backend.load_lineage(revived), Mode.READ)
             assert len(after.nodes) == len(before.nodes) + 1  # the batch rolled back
         else:
             assert outcomes[revived] == SweepOutcome.DELETED
@@ -155,7 +156,7 @@ async def test_a_cancelled_pass_leaves_no_thread_half_done(
         saver = RetainingSaver(inner)
         await awrite_scene(saver, clock)
         backend = saver._require_backend()
-        before = {t: await backend.arun(backend.load_lineage(t), Mode.READ) for t in OLD}
+        before = {t: await arun(backend, backend.load_lineage(t), Mode.READ) for t in OLD}
         task: asyncio.Task[Any] | None = None
 
         def veto(info: Any) -> bool:
@@ -173,14 +174,14 @@ async def test_a_cancelled_pass_leaves_no_thread_half_done(
         # old threads are one batch: cancelled in its transaction, none of them is done.
         handled = [r.thread_id for r in sweeper.last_pass.results]
         assert handled in (([],) if kind == "postgres" else ([OLD[0]], list(OLD[:2])))
-        third = await backend.arun(backend.load_lineage(OLD[2]), Mode.READ)
+        third = await arun(backend, backend.load_lineage(OLD[2]), Mode.READ)
         assert sorted(third.nodes) == sorted(before[OLD[2]].nodes)
         for thread_id in OLD:
-            now = await backend.arun(backend.load_lineage(thread_id), Mode.READ)
+            now = await arun(backend, backend.load_lineage(thread_id), Mode.READ)
             assert sorted(now.nodes) in ([], sorted(before[thread_id].nodes))
             assert (await aintegrity(saver, thread_id)).clean
         task = None
         again = await sweeper.arun_pass()  # the next pass finishes the job
         assert not again.cancelled
         for thread_id in OLD:
-            assert not (await backend.arun(backend.load_lineage(thread_id), Mode.READ)).nodes
+            assert not (await arun(backend, backend.load_lineage(thread_id), Mode.READ)).nodes

@@ -37,6 +37,7 @@ from retaining_saver import (
     SweepOutcome,
     ThreadInfo,
 )
+from retaining_saver._effects import run
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing.checks import integrity, walk
 from retaining_saver.testing.graphs import thread
@@ -60,7 +61,7 @@ def _policy(strategy: Any = "delete", **extra: Any) -> IdleThreadPolicy:
 def _rows(saver: RetainingSaver, thread_id: str) -> list[tuple[str, str]]:
     """Every checkpoint of the thread, every namespace: (ns, id)."""
     backend = saver._require_backend()
-    lineage = backend.run(backend.load_lineage(thread_id), Mode.READ)
+    lineage = run(backend, backend.load_lineage(thread_id), Mode.READ)
     return sorted(lineage.nodes)
 
 
