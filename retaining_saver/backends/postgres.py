@@ -42,8 +42,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
+import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
@@ -52,6 +53,12 @@ from psycopg.rows import DictRow
 from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import Mode, Op, T, drive_statements, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
+from retaining_saver.backends._postgres_apart import (
+    OPEN,
+    Fetch,
+    Send,
+    apart_steps,
+)
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
     ASYNC_COMMIT_SQL,
@@ -88,7 +95,7 @@ from retaining_saver.backends._postgres_sql import (
 )
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_stats import PostgresStats
-from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sql import Apart, Done, Row, SqlTexts, Statement
 from retaining_saver.backends._sql_threads import SqlThreads, ThreadTexts
 
 SQL = SqlTexts(
@@ -130,14 +137,68 @@ THREAD_SQL = ThreadTexts(
 INSUFFICIENT_PRIVILEGE = "42501"
 
 
-def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
+def _execute(cur: Cursor[DictRow], statement: Statement | Apart) -> Any:
+    if isinstance(statement, Apart):
+        return _execute_apart(cur, statement)
     cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return cur.fetchall() if statement.fetch else []
 
 
-async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
+async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement | Apart) -> Any:
+    if isinstance(statement, Apart):
+        return await _aexecute_apart(cur, statement)
     await cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return await cur.fetchall() if statement.fetch else []
+
+
+def _execute_apart(cur: Cursor[DictRow], apart: Apart) -> list[Done]:
+    """Each transaction of `apart` committed or rolled back alone, in order, in rounds of
+    one pipeline each (see `_postgres_apart`)."""
+    return drive_statements(apart_steps(cur, apart), partial(_step, cur))
+
+
+async def _aexecute_apart(cur: AsyncCursor[DictRow], apart: Apart) -> list[Done]:
+    """`_execute_apart`, asynchronously."""
+    steps = apart_steps(cur, apart)
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await _astep(cur, step))
+    except StopIteration as done:
+        return cast(list[Done], done.value)
+
+
+def _step(cur: Cursor[DictRow], step: Send | Fetch) -> Any:
+    """Carry out one step of `apart_steps`: a round's pipeline (answering what it raised),
+    or the reading of its rows."""
+    if isinstance(step, Fetch):
+        return [cursor.fetchall() for cursor in step.cursors]
+    try:
+        with cur.connection.pipeline():
+            for cursor, statement in step.calls:
+                cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+    except psycopg.Error as error:  # the server skips the rest: so does the sending
+        return [error]
+    finally:  # a failure (or a cancel) left a transaction of ours open: end it
+        if cur.connection.info.transaction_status in OPEN:
+            cur.connection.rollback()
+    return []
+
+
+async def _astep(cur: AsyncCursor[DictRow], step: Send | Fetch) -> Any:
+    """`_step`, asynchronously."""
+    if isinstance(step, Fetch):
+        return [await cursor.fetchall() for cursor in step.cursors]
+    try:
+        async with cur.connection.pipeline():
+            for cursor, statement in step.calls:
+                await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+    except psycopg.Error as error:  # the server skips the rest: so does the sending
+        return [error]
+    finally:  # a failure (or a cancel) left a transaction of ours open: end it
+        if cur.connection.info.transaction_status in OPEN:
+            await cur.connection.rollback()
+    return []
 
 
 def _committing_async(op: Op[T]) -> Op[T]:
@@ -170,7 +231,8 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
     def run(self, op: Op[T], mode: Mode = Mode.WRITE) -> T:
         """Carry out `op` on the saver's connection: a READ or GUARDED one statement per
         transaction where the connection autocommits, else (and a WRITE always) in one
-        transaction. An async saver runs it on its loop."""
+        transaction; an APART one in none, each transaction it yields alone. An async
+        saver runs it on its loop."""
         if isinstance(self.saver, AsyncPostgresSaver):
             return on_saver_loop(self.saver.loop, None, lambda: self.arun(op, mode))
         with self._transaction(mode) as cur:
@@ -203,7 +265,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         with saver._cursor() as cur:
             if saver.pipe:
                 saver.pipe.sync()
-            each = mode is not Mode.WRITE and cur.connection.autocommit
+            each = mode is Mode.APART or (mode is not Mode.WRITE and cur.connection.autocommit)
             with nullcontext() if each else cur.connection.transaction():
                 yield cur
 
@@ -214,7 +276,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlThread
         async with saver._cursor() as cur:
             if saver.pipe:
                 await saver.pipe.sync()
-            each = mode is not Mode.WRITE and cur.connection.autocommit
+            each = mode is Mode.APART or (mode is not Mode.WRITE and cur.connection.autocommit)
             async with nullcontext() if each else cur.connection.transaction():
                 yield cur
 
