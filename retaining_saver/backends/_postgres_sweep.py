@@ -39,7 +39,7 @@ from retaining_saver.backends._postgres_sql_sweep import (
     SELECT_THREAD_LEFT_SQL,
     TRY_THREAD_LOCK_SQL,
 )
-from retaining_saver.backends._sql import Aborted, Apart, Done, Statement
+from retaining_saver.backends._sql import Aborted, Apart, Done, Row, Statement
 from retaining_saver.backends._sweep import Held, Judged, SqlSweep, SweepTexts, advisory_key
 
 TEXTS = SweepTexts(
@@ -88,11 +88,14 @@ class PostgresSweep(SqlSweep):
         }
 
     def delete_unchanged(self, thread_id: str, head_id: str, head_writes: int) -> Op[int | Held]:
-        done = yield from self.delete_batch_unchanged([(thread_id, head_id, head_writes)])
-        found = done[str(thread_id)]
-        if isinstance(found, Exception):
-            raise found
-        return found
+        """The thread's deletion on its own, in the caller's transaction (`Mode.WRITE`),
+        whose rollback `ThreadChanged` asks for."""
+        params = _judged(thread_id, head_id, head_writes)
+        rows = yield Statement(DELETE_THREAD_IF_UNCHANGED_SQL, params, fetch=True)
+        done = _counted(rows[0])
+        if not isinstance(done, Held):
+            yield from self._nothing_left(thread_id)
+        return done
 
     def delete_batch_unchanged(
         self, judged: Sequence[Judged]
@@ -129,7 +132,12 @@ def _outcome(done: Done) -> int | Held | Exception:
         if done.at == LEFT_CHECK and isinstance(done.error, DivisionByZero):
             return Held.CHANGED  # a writer committed a row meanwhile: rolled back
         return done.error
-    row = done[DELETION][0]
+    return _counted(done[DELETION][0])
+
+
+def _counted(row: Row) -> int | Held:
+    """What `DELETE_THREAD_IF_UNCHANGED_SQL` answered: the checkpoints deleted, or why
+    none were."""
     if not row["locked"]:
         return Held.BUSY
     if not row["unchanged"]:

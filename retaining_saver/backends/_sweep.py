@@ -45,8 +45,9 @@ class SweepStore(ABC):
     """The idle-thread scan, the per-thread lock and whole-thread deletion of one store."""
 
     batch_size: ClassVar[int] = 1
-    """The most expired threads one transaction deletes (`delete_batch_unchanged`): above 1
-    where the store reads their heads and deletes them in one statement each."""
+    """The most expired threads handled together (`delete_batch_unchanged`): above 1 where
+    the store reads their heads in one statement and sends their transactions, one a
+    thread, in one round trip."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend

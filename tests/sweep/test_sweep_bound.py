@@ -202,3 +202,51 @@ def test_a_thread_s_transaction_commits_without_waiting_for_the_flush(
             conn.execute(DELETE_THREAD_IF_UNCHANGED_SQL, params)
             assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+
+
+def test_a_connection_that_does_not_autocommit_deletes_thread_by_thread(
+    request: pytest.FixtureRequest, clock: SweepClock
+) -> None:
+    """On a connection that does not autocommit (psycopg begins a transaction itself), each
+    thread is still committed alone, and the connection is left in no transaction."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import dict_row
+
+    dsn = str(request.getfixturevalue("pg_dsn"))
+    with open_sync("postgres", request) as inner:
+        write_scene(inner, clock)
+        RetainingSaver(inner).create_retention_indexes()
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        saver = RetainingSaver(PostgresSaver(conn))
+        done = RetentionSweeper(saver, IdleThreadPolicy(IDLE_FOR), clock=clock).run_pass()
+        outcomes = {r.thread_id: r.outcome for r in done.results}
+        assert [outcomes[t] for t in OLD] == [SweepOutcome.DELETED] * 3
+        assert conn.info.transaction_status is TransactionStatus.IDLE
+    with psycopg.connect(dsn) as probe:
+        for thread_id in OLD:
+            row = probe.execute(
+                "SELECT count(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
+            )
+            assert row.fetchone() == (0,)
+
+
+async def test_a_batch_whose_round_trip_fails_goes_one_thread_at_a_time(
+    request: pytest.FixtureRequest,
+    clock: SweepClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If the batch's round trip fails as a whole, each thread is deleted in a transaction
+    of its own, one at a time."""
+
+    def broken(self: Any, judged: Any) -> Any:
+        raise RuntimeError("the round trip broke")
+        yield
+
+    monkeypatch.setattr(_postgres_sweep.PostgresSweep, "delete_batch_unchanged", broken)
+    async with _sweeping("async", request, clock) as (run_pass, _):
+        done = await run_pass()
+    outcomes = {r.thread_id: r.outcome for r in done.results}
+    assert [outcomes[t] for t in OLD] == [SweepOutcome.DELETED] * 3
+    assert "the round trip broke" in caplog.text
