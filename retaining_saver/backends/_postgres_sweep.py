@@ -54,9 +54,9 @@ BATCH_SIZE = 50
 """Expired threads judged and deleted together: one statement reads their heads, and one
 round trip carries their transactions, one a thread (`Apart`)."""
 
-DELETION, LEFT_CHECK = 0, 1
-"""The places, in a thread's transaction, of its deletion and of the look for rows
-written meanwhile."""
+DELETION = 0
+"""The place, in a thread's transaction, of its deletion (the look for rows written
+meanwhile follows it, reading no rows back: only whether it failed counts)."""
 
 
 class PostgresSweep(SqlSweep):
@@ -102,10 +102,10 @@ class PostgresSweep(SqlSweep):
     ) -> Op[dict[str, int | Held | Exception]]:
         transactions = tuple(
             (
-                Statement(DELETE_THREAD_IF_UNCHANGED_SQL, _judged(t, head, writes), fetch=True),
-                Statement(SELECT_NOTHING_LEFT_SQL, _judged(t, head, writes), fetch=True),
+                Statement(DELETE_THREAD_IF_UNCHANGED_SQL, params, fetch=True),
+                Statement(SELECT_NOTHING_LEFT_SQL, params),
             )
-            for t, head, writes in judged
+            for params in (_judged(*j) for j in judged)
         )
         ended = yield Apart(transactions)
         return {str(t): _outcome(done) for (t, _, _), done in zip(judged, ended, strict=True)}
@@ -129,7 +129,7 @@ def _outcome(done: Done) -> int | Held | Exception:
     """What a thread's transaction did: the checkpoints deleted, why none were, or (it
     failed and rolled back) the error."""
     if isinstance(done, Aborted):
-        if done.at == LEFT_CHECK and isinstance(done.error, DivisionByZero):
+        if done.at > DELETION and isinstance(done.error, DivisionByZero):
             return Held.CHANGED  # a writer committed a row meanwhile: rolled back
         return done.error
     return _counted(done[DELETION][0])

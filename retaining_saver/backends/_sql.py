@@ -65,7 +65,9 @@ class Aborted:
     """A transaction of an `Apart` that failed, and so rolled back whole.
 
     Attributes:
-        at: The index, in its transaction, of the statement that failed.
+        at: Where, in its transaction, it failed: the index of its first statement that
+            reads rows back (`fetch`) and got none, else its length (one that reads none
+            failed, after those that do).
         error: What that statement raised.
     """
 
