@@ -9,7 +9,8 @@ changed meanwhile is left for a later pass; so is one another sweeper holds.
 
 `sweep_batch` is the "delete" strategy on several threads at once, for a
 store that deletes batches (Postgres): the same judging and re-checks, with
-one read for all the heads and one transaction for all the deletes.
+one read for all the heads and one round trip carrying every thread's own
+transaction.
 """
 
 from __future__ import annotations
@@ -153,11 +154,12 @@ def sweep_batch(
     store: SweepStore, scans: Sequence[ThreadHead], policy: IdleThreadPolicy, now: datetime
 ) -> Flow[list[ThreadResult]]:
     """The "delete" strategy on threads `scans` found idle, together: their heads read at
-    once, each judged (its veto asked), and the expired ones deleted in one transaction
-    (`delete_batch_unchanged`: each taken and re-checked in it). A result per scan, in
-    order. If that transaction rolls back (a writer committed a row of one of them, or it
-    failed), each expired thread is deleted alone, as `sweep_thread` does: only the one
-    that changed stays, only the one that fails fails.
+    once, each judged (its veto asked), and the expired ones deleted, each in its own
+    transaction that takes and re-checks it, all in one round trip
+    (`delete_batch_unchanged`, `Mode.APART`). A result per scan, in order: a thread a
+    writer committed a row to meanwhile rolls back alone (changed), one whose transaction
+    fails is logged and failed. If the batch's round trip itself fails before any
+    transaction ends, each expired thread is deleted alone, as `sweep_thread` does.
     """
     facts = yield from _batch_facts(store, [scan.thread_id for scan in scans])
     results: dict[str, ThreadResult] = {}
@@ -202,14 +204,19 @@ def _delete_batch(
         yield Invalidate(thread_id, "", None)
     act = store.delete_batch_unchanged([(t, h.checkpoint_id, h.pending_writes) for t, h in judged])
     try:
-        done = yield Run(act, Mode.WRITE)
-    except Exception as error:  # rolled back whole: each alone, then
-        if not isinstance(error, ThreadChanged):
-            logger.warning("a sweep batch failed (%r); its threads go one by one", error)
+        done = yield Run(act, Mode.APART)
+    except Exception as error:  # none of them ended: each alone, then
+        logger.warning("a sweep batch failed (%r); its threads go one by one", error)
         return (yield from _delete_each(store, judged))
+    results: dict[str, ThreadResult] = {}
     for thread_id, _ in judged:
         yield Invalidate(thread_id, "", None)  # a read between the purges may have cached rows
-    return {thread_id: _deleted(thread_id, done[thread_id]) for thread_id, _ in judged}
+        if isinstance(ended := done[thread_id], Exception):
+            logger.error("sweeping thread %r failed; the pass goes on", thread_id, exc_info=ended)
+            results[thread_id] = ThreadResult(thread_id, SweepOutcome.FAILED)
+        else:
+            results[thread_id] = _deleted(thread_id, ended)
+    return results
 
 
 def _delete_each(

@@ -44,11 +44,15 @@ class Mode(StrEnum):
     GUARDED: it writes, and every statement re-checks what it proved, so it
     needs no enclosing transaction (Postgres then runs each statement on its
     own; the other backends still run it in one transaction).
+    APART: it writes in transactions of its own, which it yields as `Apart` (each
+    commits or rolls back alone, in order); it runs in no enclosing transaction.
+    Only Postgres runs an `Apart` (the idle-thread sweep's batch of threads).
     """
 
     READ = "read"
     WRITE = "write"
     GUARDED = "guarded"
+    APART = "apart"
 
 
 @dataclass(frozen=True)

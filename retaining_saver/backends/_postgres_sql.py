@@ -80,6 +80,12 @@ ORDER BY c.checkpoint_id DESC LIMIT 1
 # simply not done), and a later commit that does wait flushes it too.
 ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
 
+# Around each transaction of an `Apart` sent in a pipeline (on an autocommit connection):
+# written out, where a single Sync would make the pipeline one implicit transaction.
+BEGIN_SQL = "BEGIN"
+
+COMMIT_SQL = "COMMIT"
+
 # Each reclaimed duplicate's id and the clone it resolves to, written in the
 # deleting statement or transaction; and the resume ledger (`_postgres_sql_resumes`),
 # written at a resume's first write. Created before this backend's first write (and

@@ -132,27 +132,23 @@ CROSS JOIN LATERAL (
 ) AS h
 """
 
-# A batch of judged threads (the arrays `thread_ids`, `keys`, `checkpoint_ids`,
-# `write_counts`, in step) in one statement: per thread, the advisory lock taken with
-# try, the re-check of the head it was judged on (its id and its pending writes), and,
-# where both hold, the whole thread's deletion: writes, blobs and reclaim records (whose
-# table the backend creates before its first write) with its checkpoints. A row per
-# thread: `locked`, `unchanged`, the checkpoints `deleted`. The `taken` CTE is volatile,
-# so it runs once, one lock per thread. Every part reads the statement's snapshot, taken
-# before the locks: a thread another sweeper deleted and committed in between finds no
-# rows to delete (0). The deletes match `= ANY` of an array: an index probe per thread,
-# whatever the planner guesses of the batch's size.
-DELETE_BATCH_IF_UNCHANGED_SQL = """
+# One judged thread's deletion, the first statement of its own transaction: its commit
+# made not to wait for the WAL flush (`ASYNC_COMMIT_SQL`'s setting, by `set_config`: a
+# statement fewer a thread), the advisory lock on `key` taken with try, the re-check of
+# the head it was judged on (`checkpoint_id`, and `write_count` pending writes), and, where both
+# hold, the whole thread's deletion: writes, blobs, reclaim records and resume ledger
+# entries (whose tables the backend creates before its first write) with its
+# checkpoints. One row: `locked`,
+# `unchanged`, the checkpoints `deleted`. The `taken` CTE is volatile, so it runs once.
+# Every part reads the statement's snapshot, taken before the lock: a thread another
+# sweeper deleted and committed in between finds no rows to delete (0).
+DELETE_THREAD_IF_UNCHANGED_SQL = """
 WITH taken AS (
-    SELECT j.thread_id, j.checkpoint_id, j.write_count,
-        pg_try_advisory_xact_lock(j.key) AS locked
-    FROM unnest(
-        %(thread_ids)s::text[], %(keys)s::bigint[], %(checkpoint_ids)s::text[],
-        %(write_counts)s::bigint[]
-    ) AS j (thread_id, key, checkpoint_id, write_count)
+    SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS locked,
+        set_config('synchronous_commit', 'off', true) AS commit_mode
 ),
 judged AS (
-    SELECT t.thread_id FROM taken AS t
+    SELECT 1 FROM taken AS t
     CROSS JOIN LATERAL (
         SELECT c.checkpoint_id, (
             SELECT count(*) FROM checkpoint_writes AS w
@@ -160,48 +156,56 @@ judged AS (
                 AND w.checkpoint_id = c.checkpoint_id
         ) AS write_count
         FROM checkpoints AS c
-        WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = ''
+        WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
         ORDER BY c.checkpoint_id DESC LIMIT 1
     ) AS head
-    WHERE t.locked AND head.checkpoint_id = t.checkpoint_id
-        AND head.write_count = t.write_count
+    WHERE t.locked AND head.checkpoint_id = %(checkpoint_id)s
+        AND head.write_count = %(write_count)s::bigint
 ),
 writes AS (
     DELETE FROM checkpoint_writes
-    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
 ),
 blobs AS (
     DELETE FROM checkpoint_blobs
-    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
 ),
 records AS (
     DELETE FROM retaining_saver_reclaimed
-    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
 ),
 resumed AS (
     DELETE FROM retaining_saver_resumed
-    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
 ),
 gone AS (
     DELETE FROM checkpoints
-    WHERE thread_id = ANY (ARRAY(SELECT thread_id FROM judged))
-    RETURNING thread_id
-),
-counted AS (
-    SELECT thread_id, count(*) AS deleted FROM gone GROUP BY thread_id
+    WHERE thread_id = %(thread_id)s AND EXISTS (SELECT 1 FROM judged)
+    RETURNING 1
 )
-SELECT t.thread_id, t.locked, j.thread_id IS NOT NULL AS unchanged,
-    coalesce(n.deleted, 0) AS deleted
+SELECT t.locked, EXISTS (SELECT 1 FROM judged) AS unchanged,
+    (SELECT count(*) FROM gone) AS deleted
 FROM taken AS t
-LEFT JOIN judged AS j ON j.thread_id = t.thread_id
-LEFT JOIN counted AS n ON n.thread_id = t.thread_id
 """
 
-# `SELECT_THREAD_LEFT_SQL` for a batch: the threads of `thread_ids` with a row left (a
-# new statement, so it sees what committed during the deletes).
-SELECT_BATCH_LEFT_SQL = """
-SELECT t.thread_id FROM unnest(%(thread_ids)s::text[]) AS t (thread_id)
-WHERE EXISTS (SELECT 1 FROM checkpoints AS c WHERE c.thread_id = t.thread_id)
-    OR EXISTS (SELECT 1 FROM checkpoint_writes AS w WHERE w.thread_id = t.thread_id)
-    OR EXISTS (SELECT 1 FROM checkpoint_blobs AS b WHERE b.thread_id = t.thread_id)
+# The last statement of a thread's transaction after `DELETE_THREAD_IF_UNCHANGED_SQL`:
+# `SELECT_THREAD_LEFT_SQL`, made to abort the transaction. A new statement, so it sees
+# what committed during the deletes (READ COMMITTED). If the judged head is gone (this
+# transaction deleted the thread) and a row of the thread is there, a writer committed
+# it meanwhile: the division by zero (SQLSTATE 22012) fails the statement, and the
+# transaction rolls back whole, in the pipeline too, where no client decides in
+# between. A thread not deleted (busy, changed) still has its judged head: it passes.
+SELECT_NOTHING_LEFT_SQL = """
+SELECT 1 / (
+    EXISTS (
+        SELECT 1 FROM checkpoints
+        WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
+            AND checkpoint_id = %(checkpoint_id)s
+    )
+    OR NOT (
+        EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %(thread_id)s)
+        OR EXISTS (SELECT 1 FROM checkpoint_writes WHERE thread_id = %(thread_id)s)
+        OR EXISTS (SELECT 1 FROM checkpoint_blobs WHERE thread_id = %(thread_id)s)
+    )
+)::int AS settled
 """

@@ -12,37 +12,35 @@ Two sweepers never handle one thread at once: a transaction that deletes
 expired threads takes, for each, `pg_try_advisory_xact_lock` on a stable
 64-bit hash of its id (`advisory_key`); a thread another sweeper holds is
 skipped, not waited on, and the lock ends with the transaction. The
-"delete" strategy handles up to `BATCH_SIZE` expired threads together, in
-three statements whatever their number (heads read; locks, re-checks and
-deletes; rows written meanwhile looked for), where a thread at a time
-would cost a round trip or more per statement.
+"delete" strategy handles up to `BATCH_SIZE` expired threads together: one
+statement reads their heads, then each thread is deleted in a transaction
+of its own (lock, re-check and deletes in one statement; rows written
+meanwhile looked for in a second, which aborts it), and all those
+transactions travel in one round trip (`Apart`, a pipeline). So a run that
+meets a thread being swept (its `put` upserting a blob key the deletion
+took, say) waits for that one thread's transaction, never for the batch's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from psycopg.errors import DivisionByZero
+
 from retaining_saver._rules._idle import HeadFacts
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._postgres_sql_sweep import (
-    DELETE_BATCH_IF_UNCHANGED_SQL,
+    DELETE_THREAD_IF_UNCHANGED_SQL,
     DELETE_THREAD_SQL,
     SCAN_AFTER_SQL,
     SCAN_FIRST_SQL,
     SELECT_BATCH_HEAD_FACTS_SQL,
-    SELECT_BATCH_LEFT_SQL,
+    SELECT_NOTHING_LEFT_SQL,
     SELECT_THREAD_LEFT_SQL,
     TRY_THREAD_LOCK_SQL,
 )
-from retaining_saver.backends._sql import Statement
-from retaining_saver.backends._sweep import (
-    Held,
-    Judged,
-    SqlSweep,
-    SweepTexts,
-    ThreadChanged,
-    advisory_key,
-)
+from retaining_saver.backends._sql import Aborted, Apart, Done, Row, Statement
+from retaining_saver.backends._sweep import Held, Judged, SqlSweep, SweepTexts, advisory_key
 
 TEXTS = SweepTexts(
     scan_first=SCAN_FIRST_SQL,
@@ -53,8 +51,12 @@ TEXTS = SweepTexts(
 )
 
 BATCH_SIZE = 50
-"""Expired threads judged and deleted together: one statement reads their heads, one
-takes, re-checks and deletes them, one looks for rows written meanwhile."""
+"""Expired threads judged and deleted together: one statement reads their heads, and one
+round trip carries their transactions, one a thread (`Apart`)."""
+
+DELETION = 0
+"""The place, in a thread's transaction, of its deletion (the look for rows written
+meanwhile follows it, reading no rows back: only whether it failed counts)."""
 
 
 class PostgresSweep(SqlSweep):
@@ -86,35 +88,61 @@ class PostgresSweep(SqlSweep):
         }
 
     def delete_unchanged(self, thread_id: str, head_id: str, head_writes: int) -> Op[int | Held]:
-        done = yield from self.delete_batch_unchanged([(thread_id, head_id, head_writes)])
-        return done[str(thread_id)]
-
-    def delete_batch_unchanged(self, judged: Sequence[Judged]) -> Op[dict[str, int | Held]]:
-        params = {
-            "thread_ids": [str(t) for t, _, _ in judged],
-            "keys": [advisory_key(t) for t, _, _ in judged],
-            "checkpoint_ids": [head_id for _, head_id, _ in judged],
-            "write_counts": [writes for _, _, writes in judged],
-        }
-        rows = yield Statement(DELETE_BATCH_IF_UNCHANGED_SQL, params, fetch=True)
-        done: dict[str, int | Held] = {}
-        for row in rows:
-            if not row["locked"]:
-                done[row["thread_id"]] = Held.BUSY
-            elif not row["unchanged"]:
-                done[row["thread_id"]] = Held.CHANGED
-            else:
-                done[row["thread_id"]] = int(row["deleted"])
-        taken = [t for t, d in done.items() if not isinstance(d, Held)]
-        if taken:
-            left = yield Statement(SELECT_BATCH_LEFT_SQL, {"thread_ids": taken}, fetch=True)
-            if left:
-                raise ThreadChanged(left[0]["thread_id"])
+        """The thread's deletion on its own, in the caller's transaction (`Mode.WRITE`),
+        whose rollback `ThreadChanged` asks for."""
+        params = _judged(thread_id, head_id, head_writes)
+        rows = yield Statement(DELETE_THREAD_IF_UNCHANGED_SQL, params, fetch=True)
+        done = _counted(rows[0])
+        if not isinstance(done, Held):
+            yield from self._nothing_left(thread_id)
         return done
+
+    def delete_batch_unchanged(
+        self, judged: Sequence[Judged]
+    ) -> Op[dict[str, int | Held | Exception]]:
+        transactions = tuple(
+            (
+                Statement(DELETE_THREAD_IF_UNCHANGED_SQL, params, fetch=True),
+                Statement(SELECT_NOTHING_LEFT_SQL, params),
+            )
+            for params in (_judged(*j) for j in judged)
+        )
+        ended = yield Apart(transactions)
+        return {str(t): _outcome(done) for (t, _, _), done in zip(judged, ended, strict=True)}
 
     def lock_thread(self, thread_id: str) -> Op[bool]:
         rows = yield Statement(TRY_THREAD_LOCK_SQL, (advisory_key(thread_id),), fetch=True)
         return bool(rows[0]["locked"])
+
+
+def _judged(thread_id: str, head_id: str, head_writes: int) -> dict[str, object]:
+    """The parameters of a judged thread's statements."""
+    return {
+        "thread_id": str(thread_id),
+        "key": advisory_key(thread_id),
+        "checkpoint_id": head_id,
+        "write_count": head_writes,
+    }
+
+
+def _outcome(done: Done) -> int | Held | Exception:
+    """What a thread's transaction did: the checkpoints deleted, why none were, or (it
+    failed and rolled back) the error."""
+    if isinstance(done, Aborted):
+        if done.at > DELETION and isinstance(done.error, DivisionByZero):
+            return Held.CHANGED  # a writer committed a row meanwhile: rolled back
+        return done.error
+    return _counted(done[DELETION][0])
+
+
+def _counted(row: Row) -> int | Held:
+    """What `DELETE_THREAD_IF_UNCHANGED_SQL` answered: the checkpoints deleted, or why
+    none were."""
+    if not row["locked"]:
+        return Held.BUSY
+    if not row["unchanged"]:
+        return Held.CHANGED
+    return int(row["deleted"])
 
 
 def _one(read: Op[dict[str, HeadFacts]], thread_id: str) -> Op[HeadFacts | None]:

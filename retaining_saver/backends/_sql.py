@@ -46,6 +46,40 @@ class Statement:
 
 
 @dataclass(frozen=True, slots=True)
+class Apart:
+    """Transactions run one after another, each committing or rolling back alone: what an
+    operation in `Mode.APART` yields. A lock one takes ends with it, so none waits on
+    another's work; Postgres sends them all in one round trip (a pipeline).
+
+    Answered by a `Done` per transaction, in order.
+
+    Attributes:
+        transactions: Each transaction's statements, in order.
+    """
+
+    transactions: tuple[tuple[Statement, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    """A transaction of an `Apart` that failed, and so rolled back whole.
+
+    Attributes:
+        at: Where, in its transaction, it failed: the index of its first statement that
+            reads rows back (`fetch`) and got none, else its length (one that reads none
+            failed, after those that do).
+        error: What that statement raised.
+    """
+
+    at: int
+    error: Exception
+
+
+Done = list[list[Row]] | Aborted
+"""How one transaction of an `Apart` ended: each statement's rows, committed; or aborted."""
+
+
+@dataclass(frozen=True, slots=True)
 class SqlTexts:
     """The statements behind `SqlBackend`'s primitives, in one backend's dialect.
 

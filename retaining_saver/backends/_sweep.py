@@ -45,8 +45,9 @@ class SweepStore(ABC):
     """The idle-thread scan, the per-thread lock and whole-thread deletion of one store."""
 
     batch_size: ClassVar[int] = 1
-    """The most expired threads one transaction deletes (`delete_batch_unchanged`): above 1
-    where the store reads their heads and deletes them in one statement each."""
+    """The most expired threads handled together (`delete_batch_unchanged`): above 1 where
+    the store reads their heads in one statement and sends their transactions, one a
+    thread, in one round trip."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -84,17 +85,18 @@ class SweepStore(ABC):
         checkpoints deleted, or why nothing was. A store may do it in fewer statements."""
         return delete_unchanged(self, thread_id, head_id, head_writes)
 
-    def delete_batch_unchanged(self, judged: Sequence[Judged]) -> Op[dict[str, int | Held]]:
-        """`delete_unchanged` of each of `judged`, in one transaction, by thread id.
+    def delete_batch_unchanged(
+        self, judged: Sequence[Judged]
+    ) -> Op[dict[str, int | Held | Exception]]:
+        """`delete_unchanged` of each of `judged`, each in a transaction of its own (run in
+        `Mode.APART`), by thread id: the checkpoints deleted, why none were, or what made
+        its transaction fail (and roll back). A store whose `batch_size` is above 1
+        implements it.
 
-        Raises:
-            ThreadChanged: If a row of one of them is left after its deletion (a writer
-                committed one meanwhile); the transaction must roll back whole.
+        A thread that got a row while it was being deleted is rolled back, `Held.CHANGED`.
         """
-        done: dict[str, int | Held] = {}
-        for thread_id, head_id, head_writes in judged:
-            done[thread_id] = yield from self.delete_unchanged(thread_id, head_id, head_writes)
-        return done
+        raise NotImplementedError(f"{type(self).__name__} does not delete batches")
+        yield  # an operation all the same
 
     @abstractmethod
     def delete_thread(self, thread_id: str) -> Op[int]:

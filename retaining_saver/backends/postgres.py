@@ -43,6 +43,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
+import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor, Cursor
@@ -51,6 +52,7 @@ from psycopg.rows import DictRow
 from retaining_saver._rules import CheckpointNode
 from retaining_saver.backends._base import AExecute, Execute, Mode, on_saver_loop
 from retaining_saver.backends._postgres_admission import PostgresAdmission
+from retaining_saver.backends._postgres_apart import OPEN, Rounds
 from retaining_saver.backends._postgres_plan import PostgresPlans
 from retaining_saver.backends._postgres_sql import (
     ASYNC_COMMIT_SQL,
@@ -98,7 +100,7 @@ from retaining_saver.backends._postgres_sql_resumes import (
 )
 from retaining_saver.backends._postgres_sql_sweep import CREATE_ROOT_INDEX_SQL
 from retaining_saver.backends._postgres_stats import PostgresStats
-from retaining_saver.backends._sql import Row, SqlTexts, Statement
+from retaining_saver.backends._sql import Apart, Done, Row, SqlTexts, Statement
 from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
 from retaining_saver.backends._sql_threads import ThreadTexts
 
@@ -154,14 +156,64 @@ RESUME_SQL = ResumeTexts(
 INSUFFICIENT_PRIVILEGE = "42501"
 
 
-def _execute(cur: Cursor[DictRow], statement: Statement) -> list[Row]:
+def _execute(cur: Cursor[DictRow], statement: Statement | Apart) -> Any:
+    if isinstance(statement, Apart):
+        return _execute_apart(cur, statement)
     cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return cur.fetchall() if statement.fetch else []
 
 
-async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement) -> list[Row]:
+async def _aexecute(cur: AsyncCursor[DictRow], statement: Statement | Apart) -> Any:
+    if isinstance(statement, Apart):
+        return await _aexecute_apart(cur, statement)
     await cur.execute(statement.sql, statement.params, prepare=statement.prepare)
     return await cur.fetchall() if statement.fetch else []
+
+
+def _execute_apart(cur: Cursor[DictRow], apart: Apart) -> list[Done]:
+    """Each transaction of `apart` committed or rolled back alone, in order, in rounds of
+    one pipeline each (see `_postgres_apart`)."""
+    rounds = Rounds(cur, apart)
+    for step in rounds:
+        step.record([cursor.fetchall() for cursor in step.settle(_send(cur, step))])
+    return rounds.results()
+
+
+async def _aexecute_apart(cur: AsyncCursor[DictRow], apart: Apart) -> list[Done]:
+    """`_execute_apart`, asynchronously."""
+    rounds = Rounds(cur, apart)
+    for step in rounds:
+        step.record([await cursor.fetchall() for cursor in step.settle(await _asend(cur, step))])
+    return rounds.results()
+
+
+def _send(cur: Cursor[DictRow], step: Rounds) -> list[Exception]:
+    """Send a round's calls in one pipeline; what it raised (the server skips the rest
+    after a failure: so does the sending)."""
+    try:
+        with cur.connection.pipeline():
+            for cursor, statement in step.calls():
+                cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+    except psycopg.Error as error:
+        return [error]
+    finally:  # a failure (or a cancel) left a transaction of ours open: end it
+        if cur.connection.info.transaction_status in OPEN:
+            cur.connection.rollback()
+    return []
+
+
+async def _asend(cur: AsyncCursor[DictRow], step: Rounds) -> list[Exception]:
+    """`_send`, asynchronously."""
+    try:
+        async with cur.connection.pipeline():
+            for cursor, statement in step.calls():
+                await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+    except psycopg.Error as error:
+        return [error]
+    finally:  # a failure (or a cancel) left a transaction of ours open: end it
+        if cur.connection.info.transaction_status in OPEN:
+            await cur.connection.rollback()
+    return []
 
 
 INDEXING = tuple(
@@ -232,8 +284,9 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
 
     def _enclosing(self, mode: Mode, cur: Any) -> Any:
         """The connection's transaction `mode` runs in; none for a READ or GUARDED one on an
-        autocommit connection, whose statements each run on their own."""
-        if mode is not Mode.WRITE and cur.connection.autocommit:
+        autocommit connection, whose statements each run on their own, and none for an
+        APART one, whose `Apart` holds transactions of its own."""
+        if mode is Mode.APART or (mode is not Mode.WRITE and cur.connection.autocommit):
             return nullcontext()
         return cur.connection.transaction()
 
