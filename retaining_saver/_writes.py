@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from retaining_saver._admission import Admitted
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import Flow, Mode, Performer, Run, adrive, drive
+from retaining_saver._effects import Call, Flow, Locked, Mode, Performer, Run, adrive, drive
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
@@ -60,15 +60,7 @@ class WritesMixin(DelegatingSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if (thread_id := self._lockable(config)) is None:
-            return super().put(config, checkpoint, metadata, new_versions)
-        with self._locks.hold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = drive(flow, self._performer)
-            stored = super().put(config, checkpoint, metadata, new_versions)
-            self._remember_stamp(config, checkpoint, metadata)
-        self._account_taken()
-        return stored
+        return drive(self._put(config, checkpoint, metadata, new_versions), self._performer)
 
     async def aput(
         self,
@@ -77,15 +69,7 @@ class WritesMixin(DelegatingSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if (thread_id := self._lockable(config)) is None:
-            return await super().aput(config, checkpoint, metadata, new_versions)
-        async with self._locks.ahold(thread_id):
-            flow = self._landing(thread_id, config, checkpoint=True, metadata=metadata)
-            config = await adrive(flow, self._performer)
-            stored = await super().aput(config, checkpoint, metadata, new_versions)
-            self._remember_stamp(config, checkpoint, metadata)
-        self._account_taken()
-        return stored
+        return await adrive(self._put(config, checkpoint, metadata, new_versions), self._performer)
 
     def put_writes(
         self,
@@ -94,12 +78,7 @@ class WritesMixin(DelegatingSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        if (thread_id := self._lockable(config)) is None:
-            return super().put_writes(config, writes, task_id, task_path)
-        with self._locks.hold(thread_id):
-            config = drive(self._writes_landing(thread_id, config), self._performer)
-            super().put_writes(config, writes, task_id, task_path)
-        self._account_taken()
+        drive(self._put_writes(config, writes, task_id, task_path), self._performer)
 
     async def aput_writes(
         self,
@@ -108,13 +87,67 @@ class WritesMixin(DelegatingSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        await adrive(self._put_writes(config, writes, task_id, task_path), self._performer)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Flow[RunnableConfig]:
+        """`put` and `aput`: under the thread's lock, the checkpoint stored where it lands,
+        then what its landing reclaimed accounted for (a write with no thread to lock is
+        the saver's own)."""
         if (thread_id := self._lockable(config)) is None:
-            return await super().aput_writes(config, writes, task_id, task_path)
-        async with self._locks.ahold(thread_id):
-            flow = self._writes_landing(thread_id, config)
-            config = await adrive(flow, self._performer)
-            await super().aput_writes(config, writes, task_id, task_path)
+            put = (config, checkpoint, metadata, new_versions)
+            return cast(RunnableConfig, (yield Call(super().put, super().aput, put)))
+        landed = self._put_landed(thread_id, config, checkpoint, metadata, new_versions)
+        stored = yield Locked(thread_id, landed)
         self._account_taken()
+        return cast(RunnableConfig, stored)
+
+    def _put_landed(
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Flow[RunnableConfig]:
+        config = yield from self._landing(thread_id, config, checkpoint=True, metadata=metadata)
+        put = (config, checkpoint, metadata, new_versions)
+        stored = yield Call(super().put, super().aput, put)
+        self._remember_stamp(config, checkpoint, metadata)
+        return cast(RunnableConfig, stored)
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Flow[None]:
+        """`put_writes` and `aput_writes`: under the thread's lock, the writes stored where
+        they land, then what their landing reclaimed accounted for (writes with no thread
+        to lock are the saver's own)."""
+        if (thread_id := self._lockable(config)) is None:
+            put = (config, writes, task_id, task_path)
+            yield Call(super().put_writes, super().aput_writes, put)
+            return
+        yield Locked(thread_id, self._writes_landed(thread_id, config, writes, task_id, task_path))
+        self._account_taken()
+
+    def _writes_landed(
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Flow[None]:
+        config = yield from self._writes_landing(thread_id, config)
+        yield Call(super().put_writes, super().aput_writes, (config, writes, task_id, task_path))
 
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata

@@ -35,7 +35,6 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
-from retaining_saver._rules._resumed import Resumption, WriteKey, WriteRow
 from retaining_saver.backends._apply import apply_plan
 from retaining_saver.backends._ops import AExecute as AExecute
 from retaining_saver.backends._ops import Capabilities as Capabilities
@@ -45,6 +44,7 @@ from retaining_saver.backends._ops import Mode as Mode
 from retaining_saver.backends._ops import Op as Op
 from retaining_saver.backends._ops import T as T
 from retaining_saver.backends._ops import on_saver_loop as on_saver_loop
+from retaining_saver.backends._resumed_writes import ResumedWrites
 from retaining_saver.backends._stats import (
     ChannelStats,
     SpaceStats,
@@ -54,7 +54,7 @@ from retaining_saver.backends._stats import (
 )
 
 
-class Backend(ABC):
+class Backend(ResumedWrites, ABC):
     """Loads lineage and carries out plans for one saver.
 
     Subclasses implement the primitives below as operations, and the transactions
@@ -286,41 +286,6 @@ class Backend(ABC):
     @abstractmethod
     def forget_reclaimed_clones(self, thread_id: str, keys: Sequence[NodeKey]) -> Op[None]:
         """Delete the reclaim records that resolve to one of `keys` (deleted checkpoints)."""
-
-    @abstractmethod
-    def write_rows(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> Op[list[WriteRow]]:
-        """The checkpoint's writes rows, as task id, channel and index, in key order."""
-
-    @abstractmethod
-    def delete_writes(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, keys: Sequence[WriteKey]
-    ) -> Op[int]:
-        """Delete the checkpoint's writes rows of `keys` (task id, index), each only while no
-        checkpoint names it as parent; how many were deleted."""
-
-    @abstractmethod
-    def note_resume(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, run_id: str
-    ) -> Op[bool]:
-        """Record in the resume ledger (`_rules._resumed`) the checkpoint's writes rows as
-        they are (keys; special rows whole) under `run_id`, before its first write there,
-        if the checkpoint exists, another run made it, and `run_id` has no entry on it."""
-
-    @abstractmethod
-    def resumptions(self, thread_id: str) -> Op[list[Resumption]]:
-        """The thread's ledger entries (none where the ledger was never written)."""
-
-    @abstractmethod
-    def restore_writes(self, thread_id: str, entry: Resumption) -> Op[int]:
-        """Give the entry's checkpoint back the writes rows it recorded (those it did not go,
-        its special rows are put back), while no checkpoint names it as parent; how many
-        rows changed."""
-
-    @abstractmethod
-    def drop_resumptions(self, thread_id: str, entries: Sequence[Resumption]) -> Op[None]:
-        """Delete the ledger entries named."""
 
     @abstractmethod
     def thread_exists(self, thread_id: str) -> Op[bool]:
