@@ -21,10 +21,35 @@ transaction. What differs from `enforce_thread_retention`:
   is no slack: its first pass comes at N + 1 runs;
 - a failure never fails the run: it is logged once and counted.
 
-The pass runs before the run's first read returns (inline, bounded by the cap),
-so the run reads a thread the pass is done with. Deleting older runs leaves
-what the head reads unchanged, so the head is read again only when the pass
-changed its own row (made it a root, re-parented it, stored its values whole).
+When the pass runs. A sync admission read, `admit`/`aadmit`, and an async
+admission read under a policy with `delta_graph`, run it before they answer
+(bounded by the cap), so the run reads a thread the pass is done with. Deleting
+older runs leaves what the head reads unchanged, so the head is read again only
+when the pass changed its own row (made it a root, re-parented it, stored its
+values whole). An async admission read under a policy without `delta_graph`
+answers first, and leaves the pass (`Later`) to a task that the thread's lock
+is handed to (`ThreadLocks.hand_over`): the lock is held from the admission to
+the pass's end without a gap, in one bounded step, so the run's first write,
+and any other admission or write of the thread in this process, waits for the
+pass as it would for an inline one; the run's own work between its first read
+and its first write (and, with LangGraph's async durability, its nodes) goes on
+meanwhile. What keeps this safe, where the run already holds the head:
+
+- the pass carries out only a plan that leaves the head's row as the run read
+  it (`sparing`): a plan that would make it a root, re-parent it or store
+  values at it does nothing, and defers its deletions to the next admission;
+- without `delta_graph` the rules keep every checkpoint a kept one rebuilds a
+  DeltaChannel value from, so no read the run makes of the head's history
+  can miss one; with it, a pass stores values whole at a new root and deletes
+  what they were rebuilt from, which a rebuild read across its commit could
+  miss: those passes stay before the answer;
+- everything else the run reads (subgraph namespaces, pinned ids) it reads
+  through an admission or a locked read, after the pass.
+
+`asettle_history()` waits for the passes left running on the loop (the
+benchmark times a run until its pass is done). This was weighed against a
+larger slack (`slack_runs`) and rejected: the horizon would bound a thread
+less tightly for the same work per run.
 """
 
 from __future__ import annotations
@@ -42,8 +67,9 @@ from langgraph.checkpoint.base import CheckpointTuple
 from retaining_saver import _run_reads
 from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
-from retaining_saver._effects import Flow, Lookup
-from retaining_saver._engine import keeps_delta_walks, planned_pass
+from retaining_saver._effects import Flow, Later, Lookup
+from retaining_saver._engine import Planner, keeps_delta_walks, planned_pass
+from retaining_saver._locks import ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._maintenance import DELTA_KEPT, DELTA_KEPT_MESSAGE
 from retaining_saver._reclaimed import ReclaimedIds
@@ -55,6 +81,7 @@ from retaining_saver._rules import (
     Protection,
     RetentionPolicy,
     Skip,
+    plan_retention,
     split_runs,
 )
 from retaining_saver._rules._recheck import Applied
@@ -206,7 +233,15 @@ class BoundingMixin:
     _stamps: OwnStamps | None
     retention: RetentionPolicy | None
     _rooms: Rooms
+    _locks: ThreadLocks
     _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
+
+    async def asettle_history(self) -> None:
+        """Wait until the history passes this saver's async admission reads left running
+        on this event loop have finished (see `retention`): to read a thread as they leave
+        it, or before the loop closes. A sync admission finishes its pass before it
+        answers, so there is no sync twin."""
+        await self._locks.asettled()
 
     def _history_may_run(self, thread_id: str, head: CheckpointTuple | None) -> bool:
         """Whether an admission that reclaims nothing at `head` takes the lock for the
@@ -225,7 +260,7 @@ class BoundingMixin:
         pass changed its row (its parent, or its values stored whole): deleting older
         runs leaves what the head reads unchanged."""
         result, found = admitted
-        result, changed = yield from self._bound_history(config, result)
+        result, changed = yield from self._bound_history(config, result, defer=True)
         ns = config.get("configurable", {}).get("checkpoint_ns", "")
         if (ns, result.head_id) in changed:
             found = yield Lookup(config)
@@ -243,12 +278,17 @@ class BoundingMixin:
         return admitted[1]
 
     def _bound_history(
-        self, config: RunnableConfig, result: AdmissionResult
+        self, config: RunnableConfig, result: AdmissionResult, *, defer: bool = False
     ) -> Flow[tuple[AdmissionResult, frozenset[NodeKey]]]:
         """`result` with what the history pass deleted, if one was due, and the checkpoints
         whose rows it changed (deleted, re-parented, made roots, or given whole values).
 
-        Run under the thread's lock, after the stamps. Never raises.
+        With `defer` (an admission read: its run has the head), a pass under a policy
+        without `delta_graph` is left for later (`Later`): asynchronously it runs once the
+        read has answered, still holding the thread's lock, and carries out only a plan
+        that leaves the head's row as the run read it; `result` is then answered as it
+        is (see the module docstring). Run under the thread's lock, after the stamps.
+        Never raises.
         """
         policy, backend, thread_id = self.retention, self._backend, result.thread_id
         if policy is None or backend is None or self._accounts.waiting():
@@ -265,8 +305,34 @@ class BoundingMixin:
             merged = policy.protect_checkpoint_ids | protected
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
         self._accounts.count("history_passes")
+        now = self._history_pass(result, policy, backend, None)
+        if not defer or policy.delta_graph is not None or result.head_id is None:
+            return (yield from now)
+        head = (config.get("configurable", {}).get("checkpoint_ns", ""), result.head_id)
+        done = yield Later(now, self._left_pass(result, policy, backend, head))
+        return (result, frozenset()) if done is None else done
+
+    def _left_pass(
+        self, result: AdmissionResult, policy: RetentionPolicy, backend: Backend, head: NodeKey
+    ) -> Flow[None]:
+        """The pass an admission read left for later, sparing `head`'s row; what it deleted
+        is accounted for here (the admission was counted when it answered)."""
+        done, _ = yield from self._history_pass(result, policy, backend, head)
+        self._accounts.record_history(done)
+
+    def _history_pass(
+        self,
+        result: AdmissionResult,
+        policy: RetentionPolicy,
+        backend: Backend,
+        spare: NodeKey | None,
+    ) -> Flow[tuple[AdmissionResult, frozenset[NodeKey]]]:
+        """One pass over `result`'s thread (see `_bound_history`); with `spare`, one that
+        carries out no plan changing that checkpoint's row (`sparing`)."""
+        thread_id = result.thread_id
+        planner = plan_retention if spare is None else sparing(spare)
         try:
-            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC))
+            flow = planned_pass(thread_id, backend, policy, datetime.now(UTC), planner)
             lineage, plan, applied = yield from flow
         except Exception as error:
             self._rooms.forget(thread_id)
@@ -298,6 +364,27 @@ class BoundingMixin:
             if self._stamps is not None and not deletion.checkpoint_ns:
                 self._stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
+
+
+def sparing(key: NodeKey) -> Planner:
+    """A planner whose plan leaves `key`'s row as it is: the rules' plan, or, if that would
+    delete the checkpoint, re-parent it, make it a root or store values at it, one that
+    changes nothing now and defers its deletions to a later pass."""
+
+    def plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
+        found = plan_retention(lineage, policy, now)
+        rows = {
+            *((d.checkpoint_ns, d.checkpoint_id) for d in found.deletions),
+            *((g.checkpoint_ns, g.child_id) for g in found.grafts),
+            *((r.checkpoint_ns, r.checkpoint_id) for r in found.roots),
+            *((m.checkpoint_ns, m.checkpoint_id) for m in found.materialise),
+        }
+        if key not in rows:
+            return found
+        waiting = found.deletions + found.deferred
+        return Plan(kept=found.kept, deferred=waiting, heads=found.heads)
+
+    return plan
 
 
 def _changed_rows(applied: Applied) -> frozenset[NodeKey]:

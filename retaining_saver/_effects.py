@@ -13,6 +13,7 @@ yielded.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AsyncExitStack, ExitStack
@@ -129,7 +130,11 @@ class FellBack:
 @dataclass(slots=True)
 class Locked:
     """Run `flow` under the thread's lock, held by every deletion and every write and never
-    across user code; answers what `flow` returns (or raises what it raises)."""
+    across user code; answers what `flow` returns (or raises what it raises).
+
+    Asynchronously, work the flow left for later (`Later`) runs after the answer, in
+    a task the lock is handed over to: it is released when that work is done.
+    """
 
     thread_id: str
     flow: Flow[Any]
@@ -139,8 +144,68 @@ class Locked:
             return drive(self.flow, performer)
 
     async def aperform(self, performer: Performer) -> Any:
-        async with performer.locks.ahold(self.thread_id):
-            return await adrive(self.flow, performer)
+        return await _hold_then_hand_over(self.thread_id, self.flow, performer)
+
+
+async def _hold_then_hand_over(thread_id: str, flow: Flow[Any], performer: Performer) -> Any:
+    """`Locked`, asynchronously: `flow` under the lock, then the work it left (`Later`) in a
+    task the lock is handed over to, if it left any; else the lock is released."""
+    hold = performer.locks.ahold(thread_id)
+    await hold.__aenter__()
+    left: list[Flow[Any]] = []
+    token = _LEFT.set(left)
+    try:
+        answer = await adrive(flow, performer)
+    except BaseException:
+        await hold.__aexit__()
+        raise
+    finally:
+        _LEFT.reset(token)
+    if not left:
+        await hold.__aexit__()
+    else:
+        performer.locks.hand_over(hold, lambda: _run_all(left, performer))
+    return answer
+
+
+async def _run_all(flows: Sequence[Flow[Any]], performer: Performer) -> None:
+    for flow in flows:
+        await adrive(flow, performer)
+
+
+_LEFT: contextvars.ContextVar[list[Flow[Any]]] = contextvars.ContextVar("retaining_saver_left")
+"""The work `Later` effects left to run after the innermost async `Locked` flow returns."""
+
+
+@dataclass(slots=True)
+class Later:
+    """One piece of work, as two flows: `now`, or `later` after the caller has its answer.
+
+    The sync driver runs `now` and answers what it returns. The async driver,
+    inside a `Locked` flow, answers None at once and runs `later` when that flow
+    has returned, in a task of its own that still holds the thread's lock (the
+    caller gets its answer first; the thread's next writer or admission waits
+    for the work as for any holder of the lock); outside one, it runs `now`.
+    """
+
+    now: Flow[Any]
+    later: Flow[Any]
+
+    def perform(self, performer: Performer) -> Any:
+        return drive(self.now, performer)
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await _now_or_left(self, performer)
+
+
+async def _now_or_left(later: Later, performer: Performer) -> Any:
+    """`Later`, asynchronously: None, its `later` flow left to the innermost `Locked` flow;
+    outside one, what its `now` flow returns. (A flow never started needs no closing.)"""
+    left = _LEFT.get(None)
+    if left is None:
+        return await adrive(later.now, performer)
+    left.append(later.later)
+    return None
 
 
 @dataclass(slots=True)
@@ -255,6 +320,7 @@ Effect = (
     | Offload
     | FellBack
     | Locked
+    | Later
     | IfFree
     | IfFreeEach
     | Rest
