@@ -162,7 +162,10 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
         ran = saver.counters.history_passes - passes
         if not ran:
             raise RuntimeError("no admission at the horizon ran a pass")
-        what = f"(b) at the horizon ({HORIZON} runs, {ran} passes): admission read / bare read"
+        what = (
+            f"(b) at the horizon ({HORIZON} runs, {ran} passes, each after its read answered): "
+            "admission read / bare read"
+        )
         figures += both(kind, what, times, 1.5)
 
         runs = iter(range(HORIZON, 10**9))

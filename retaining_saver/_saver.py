@@ -122,7 +122,7 @@ class RetainingSaver(
             `history_keep_runs`, `compact_steps` or `keep_latest` (and the
             `history_min_age` they require). A thread at N runs may grow N // 2
             more before a pass deletes them, at most `max_delete_per_run` (None:
-            64) an admission; see `_bounding`. None keeps all history.
+            64) an admission, after an async read answers (`_bounding`). None: no rules.
 
     Attributes:
         inner, policy, retention, strict, admission, history_caches,
