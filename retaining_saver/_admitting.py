@@ -38,9 +38,7 @@ class AdmittingMixin:
     _one_round: MarkerShape | None
 
     _history_read: Callable[[RunnableConfig, Admitted], Flow[Admitted]]
-    _bound_history: Callable[
-        [RunnableConfig, AdmissionResult], Flow[tuple[AdmissionResult, frozenset[NodeKey]]]
-    ]
+    _bound_history: Callable[..., Flow[tuple[AdmissionResult, frozenset[NodeKey]]]]
 
     def _admission_read(
         self, thread_id: str, config: RunnableConfig, head: CheckpointTuple | None

@@ -21,19 +21,41 @@ transaction. What differs from `enforce_thread_retention`:
   is no slack: its first pass comes at N + 1 runs;
 - a failure never fails the run: it is logged once and counted.
 
-The pass runs before the run's first read returns (inline, bounded by the cap),
-so the run reads a thread the pass is done with. Deleting older runs leaves
-what the head reads unchanged, so the head is read again only when the pass
-changed its own row (made it a root, re-parented it, stored its values whole).
+When the pass runs. A sync admission read, `admit`/`aadmit`, and an async
+admission read under a policy with `delta_graph`, run it before they answer
+(bounded by the cap), so the run reads a thread the pass is done with. Deleting
+older runs leaves what the head reads unchanged, so the head is read again only
+when the pass changed its own row (made it a root, re-parented it, stored its
+values whole). An async admission read under a policy without `delta_graph`
+answers first, and leaves the pass (`Later`) to a task that the thread's lock
+is handed to (`ThreadLocks.hand_over`): the lock is held from the admission to
+the pass's end without a gap, in one bounded step, so the run's first write,
+and any other admission or write of the thread in this process, waits for the
+pass as it would for an inline one; the run's own work between its first read
+and its first write (and, with LangGraph's async durability, its nodes) goes on
+meanwhile. What keeps this safe, where the run already holds the head:
+
+- the pass carries out only a plan that leaves the head's row as the run read
+  it (`sparing`): a plan that would make it a root, re-parent it or store
+  values at it does nothing, and defers its deletions to the next admission;
+- without `delta_graph` the rules keep every checkpoint a kept one rebuilds a
+  DeltaChannel value from, so no read the run makes of the head's history
+  can miss one; with it, a pass stores values whole at a new root and deletes
+  what they were rebuilt from, which a rebuild read across its commit could
+  miss: those passes stay before the answer;
+- everything else the run reads (subgraph namespaces, pinned ids) it reads
+  through an admission or a locked read, after the pass.
+
+`asettle_history()` waits for the passes left running on the loop (the
+benchmark times a run until its pass is done). This was weighed against a
+larger slack (`slack_runs`) and rejected: the horizon would bound a thread
+less tightly for the same work per run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,23 +65,21 @@ from langgraph.checkpoint.base import CheckpointTuple
 from retaining_saver import _run_reads
 from retaining_saver._accounting import Accounts
 from retaining_saver._admission import AdmissionResult, Admitted
-from retaining_saver._effects import Flow, Lookup
+from retaining_saver._effects import Flow, Later, Lookup
 from retaining_saver._engine import keeps_delta_walks, planned_pass
-from retaining_saver._lru import BoundedLru
+from retaining_saver._locks import ThreadLocks
 from retaining_saver._maintenance import DELTA_KEPT, DELTA_KEPT_MESSAGE
 from retaining_saver._reclaimed import ReclaimedIds
+from retaining_saver._rooms import Rooms, room_left
 from retaining_saver._rules import (
-    CheckpointNode,
-    Lineage,
     NodeKey,
-    Plan,
-    Protection,
     RetentionPolicy,
     Skip,
-    split_runs,
+    plan_retention,
 )
 from retaining_saver._rules._ages import next_age_crossing
 from retaining_saver._rules._recheck import Applied
+from retaining_saver._rules._sparing import sparing
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
 
@@ -67,25 +87,7 @@ RETENTION_MAX_DELETE = 64
 """Deletions one admission's history pass may make when the `retention` policy's
 `max_delete_per_run` is None: about a dozen runs of a small graph."""
 
-SLACK_DIVISOR = 2
-"""A thread at the horizon of `N` runs may grow `N // SLACK_DIVISOR` runs more before an
-admission runs the pass again (`slack_runs`), which then deletes them all in one
-transaction: most admissions at the horizon skip it, without a read."""
-
-ROOMS_TRACKED = 10_000
-"""Threads whose room under the horizon this process remembers (least recent go)."""
-
 HISTORY_FAILED = "history-failed"
-
-UNSETTLED = -1
-"""A room after a pass that left work for later: every admission is due."""
-
-UNTIL_AGED = sys.maxsize
-"""A room after a pass that kept young runs beyond the horizon: a new run pushes out only
-younger ones, so only time (the room's `due_at`) makes the next pass due."""
-
-_WAITING = frozenset({Protection.TOO_YOUNG, Protection.YOUNG_PARENT})
-"""What a later pass may delete with no new run: the same checkpoints, once older."""
 
 
 def _utc_now() -> datetime:
@@ -127,117 +129,6 @@ def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> Retent
     )
 
 
-@dataclass(frozen=True)
-class _Room:
-    left: int
-    head_id: str | None
-    due_at: datetime | None = None
-
-
-class Rooms:
-    """Per thread, whether an admission may skip the history pass, without a read.
-
-    After a pass that left the root head line `k` runs under a horizon of `N`,
-    `N + slack_runs(N) - k` more admissions may (`slack_runs(N)` where more than `N`
-    runs stay, protected): each adds at most one run (a run without new input adds
-    none). An admission that finds the head it found last time (nothing written
-    since) may too. A pass that kept checkpoints for their age is due again once
-    the first of them is old (`due_at`, `next_age_crossing`), and not before when
-    it kept young runs beyond the horizon (`UNTIL_AGED`). A thread it does not
-    know (first seen, or forgotten) is due, and so is every admission after a pass
-    that left work for later (`UNSETTLED`). Runs another process adds are not
-    counted here; that process's own admissions bound them.
-    """
-
-    def __init__(self) -> None:
-        self._rooms: BoundedLru[str, _Room] = BoundedLru(ROOMS_TRACKED)
-        self._lock = threading.Lock()
-
-    def due(self, thread_id: str, head_id: str | None, now: datetime) -> bool:
-        """Whether this admission, at `head_id` and `now`, runs the pass; if not, the room
-        it used is taken."""
-        with self._lock:
-            room = self._rooms.get(thread_id)
-            if room is None or not _skips(room, head_id, now):
-                return True
-            if room.head_id != head_id:
-                taken = dataclasses.replace(room, left=room.left - 1, head_id=head_id)
-                self._rooms.put(thread_id, taken)
-            return False
-
-    def would_skip(self, thread_id: str, head_id: str | None, now: datetime) -> bool:
-        """`not due(...)`, without counting the admission."""
-        with self._lock:
-            room = self._rooms.get(thread_id)
-        return room is not None and _skips(room, head_id, now)
-
-    def left(
-        self, thread_id: str, left: int, head_id: str | None, due_at: datetime | None = None
-    ) -> None:
-        with self._lock:
-            self._rooms.put(thread_id, _Room(left, head_id, due_at))
-
-    def forget(self, thread_id: str) -> None:
-        with self._lock:
-            self._rooms.pop(thread_id)
-
-
-def _skips(room: _Room, head_id: str | None, now: datetime) -> bool:
-    """Whether `room` lets an admission at `head_id` and `now` skip the pass."""
-    if room.left < 0 or (room.due_at is not None and now >= room.due_at):
-        return False
-    return room.head_id == head_id or room.left > 0
-
-
-def slack_runs(horizon: int) -> int:
-    """How many runs beyond a horizon of `horizon` runs a thread may hold before the next
-    pass: half of it, rounded down (none under a horizon of 0 or 1 run)."""
-    return horizon // SLACK_DIVISOR
-
-
-def head_line_runs(lineage: Lineage, head_id: str | None) -> list[list[CheckpointNode]]:
-    """The runs of the root namespace's line ending at `head_id`, oldest first."""
-    line = []
-    node = lineage.nodes.get(("", head_id)) if head_id is not None else None
-    while node is not None:
-        line.append(node)
-        node = lineage.parent(node)
-    return split_runs(line[::-1])
-
-
-def room_left(
-    lineage: Lineage,
-    plan: Plan,
-    applied: Applied,
-    policy: RetentionPolicy,
-    due_at: datetime | None = None,
-    run_kept: bool = False,
-) -> int:
-    """How many admissions that add a run may skip the pass after this one, the slack
-    included (see `Rooms`); `UNSETTLED` if the pass left work for later (deferred or
-    dropped deletions); `UNTIL_AGED` if it kept young runs beyond the horizon and one of
-    its checkpoints grows old at `due_at` (`next_age_crossing`), which then makes the
-    next pass due. `run_kept`: the pass kept the ids its run addresses, which the next
-    run's pass no longer keeps."""
-    horizon = policy.history_keep_runs
-    if plan.deferred or applied.dropped:
-        return UNSETTLED
-    if horizon is None:
-        return 0
-    gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}
-    runs = head_line_runs(lineage, plan.heads.get(""))
-    kept = sum(1 for run in runs if any(("", n.checkpoint_id) not in gone for n in run))
-    if kept <= horizon:
-        return horizon + slack_runs(horizon) - kept
-    # More runs than the horizon stay, protected. Young ones are the newest past it, so
-    # every run a new one pushes out is younger still: nothing goes until one is old.
-    # Runs kept for good (pending writes, fork memory, explicit ids) leave the slack.
-    # (A checkpoint of unknown age is young for ever, and proves nothing of the others.)
-    if _WAITING.intersection(plan.kept.values()) and due_at is not None:
-        return UNTIL_AGED
-    return UNSETTLED if run_kept else slack_runs(horizon)
-
-
 class BoundingMixin:
     """The history pass `RetainingSaver` runs on admission with its `retention` policy."""
 
@@ -247,7 +138,15 @@ class BoundingMixin:
     _stamps: OwnStamps | None
     retention: RetentionPolicy | None
     _rooms: Rooms
+    _locks: ThreadLocks
     _settle: Callable[[CheckpointTuple | None, RunnableConfig], Flow[CheckpointTuple | None]]
+
+    async def asettle_history(self) -> None:
+        """Wait until the history passes this saver's async admission reads left running
+        on this event loop have finished (see `retention`): to read a thread as they leave
+        it, or before the loop closes. A sync admission finishes its pass before it
+        answers, so there is no sync twin."""
+        await self._locks.asettled()
 
     def _history_may_run(self, thread_id: str, head: CheckpointTuple | None) -> bool:
         """Whether an admission that reclaims nothing at `head` takes the lock for the
@@ -267,7 +166,7 @@ class BoundingMixin:
         pass changed its row (its parent, or its values stored whole): deleting older
         runs leaves what the head reads unchanged."""
         result, found = admitted
-        result, changed = yield from self._bound_history(config, result)
+        result, changed = yield from self._bound_history(config, result, defer=True)
         ns = config.get("configurable", {}).get("checkpoint_ns", "")
         if (ns, result.head_id) in changed:
             found = yield Lookup(config)
@@ -285,12 +184,17 @@ class BoundingMixin:
         return admitted[1]
 
     def _bound_history(
-        self, config: RunnableConfig, result: AdmissionResult
+        self, config: RunnableConfig, result: AdmissionResult, *, defer: bool = False
     ) -> Flow[tuple[AdmissionResult, frozenset[NodeKey]]]:
         """`result` with what the history pass deleted, if one was due, and the checkpoints
         whose rows it changed (deleted, re-parented, made roots, or given whole values).
 
-        Run under the thread's lock, after the stamps. Never raises.
+        With `defer` (an admission read: its run has the head), a pass under a policy
+        without `delta_graph` is left for later (`Later`): asynchronously it runs once the
+        read has answered, still holding the thread's lock, and carries out only a plan
+        that leaves the head's row as the run read it; `result` is then answered as it
+        is (see the module docstring). Run under the thread's lock, after the stamps.
+        Never raises.
         """
         policy, backend, thread_id = self.retention, self._backend, result.thread_id
         if policy is None or backend is None or self._accounts.waiting():
@@ -308,8 +212,42 @@ class BoundingMixin:
             merged = policy.protect_checkpoint_ids | protected
             policy = dataclasses.replace(policy, protect_checkpoint_ids=merged)
         self._accounts.count("history_passes")
+        run_kept = bool(protected)
+        inline = self._history_pass(result, policy, backend, None, run_kept)
+        if not defer or policy.delta_graph is not None or result.head_id is None:
+            return (yield from inline)
+        head = (config.get("configurable", {}).get("checkpoint_ns", ""), result.head_id)
+        done = yield Later(inline, self._left_pass(result, policy, backend, head, run_kept))
+        return (result, frozenset()) if done is None else done
+
+    def _left_pass(
+        self,
+        result: AdmissionResult,
+        policy: RetentionPolicy,
+        backend: Backend,
+        head: NodeKey,
+        run_kept: bool,
+    ) -> Flow[None]:
+        """The pass an admission read left for later, sparing `head`'s row; what it deleted
+        is accounted for here (the admission was counted when it answered)."""
+        done, _ = yield from self._history_pass(result, policy, backend, head, run_kept)
+        self._accounts.account_history(done)
+
+    def _history_pass(
+        self,
+        result: AdmissionResult,
+        policy: RetentionPolicy,
+        backend: Backend,
+        spare: NodeKey | None,
+        run_kept: bool,
+    ) -> Flow[tuple[AdmissionResult, frozenset[NodeKey]]]:
+        """One pass over `result`'s thread (see `_bound_history`); with `spare`, one that
+        carries out no plan changing that checkpoint's row (`sparing`). `run_kept`: the
+        policy keeps the ids the run addresses (see `room_left`)."""
+        thread_id, now = result.thread_id, _utc_now()
+        planner = plan_retention if spare is None else sparing(spare)
         try:
-            flow = planned_pass(thread_id, backend, policy, now)
+            flow = planned_pass(thread_id, backend, policy, now, planner)
             lineage, plan, applied = yield from flow
         except Exception as error:
             self._rooms.forget(thread_id)
@@ -328,7 +266,7 @@ class BoundingMixin:
         if keeps_delta_walks(plan, policy):
             self._accounts.once(DELTA_KEPT, DELTA_KEPT_MESSAGE, "the retention policy")
         due_at = next_age_crossing(lineage, policy, now)
-        left = room_left(lineage, plan, applied, policy, due_at, run_kept=bool(protected))
+        left = room_left(lineage, plan, applied, policy, due_at, run_kept=run_kept)
         self._rooms.left(thread_id, left, result.head_id, due_at)
         deleted = self._remember_history_deletions(thread_id, applied)
         return dataclasses.replace(result, history_reclaimed=deleted), _changed_rows(applied)

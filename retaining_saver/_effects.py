@@ -8,24 +8,19 @@ both ways to carry itself out (`perform`, `aperform`). An effect that fails is
 thrown back into the generator at the point where it was yielded.
 
 A `Run` names an operation of the backend (`Op`, a generator of its statements)
-and the transaction `Mode` it runs in; `run`/`arun` here are the one place an
-operation's statements reach a store. The backend supplies only the
-transaction (`Backend.transaction`, `atransaction`) and the executor it yields;
-they feed it each statement and the operation each result. An operation is the
-unit of a transaction: its statements are a sub-generator of one effect rather
-than effects of the flow, because no other effect (a lock, a cache, a read
-through the saver, another operation) may run inside a transaction, and the
-flow goes on only once it has ended.
+and the transaction `Mode` it runs in; `_transact.run`/`arun` (re-exported here)
+are the one place an operation's statements reach a store, and the flow goes on
+only once its transaction has ended (see `_transact`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -33,7 +28,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
-from retaining_saver.backends._base import Backend, Op, on_saver_loop
+from retaining_saver._transact import arun as arun
+from retaining_saver._transact import run as run
+from retaining_saver.backends._base import Backend, Op
 from retaining_saver.backends._base import Mode as Mode  # the mode a `Run` names
 
 T = TypeVar("T")
@@ -139,7 +136,11 @@ class FellBack:
 @dataclass(slots=True)
 class Locked:
     """Run `flow` under the thread's lock, held by every deletion and every write and never
-    across user code; answers what `flow` returns (or raises what it raises)."""
+    across user code; answers what `flow` returns (or raises what it raises).
+
+    Asynchronously, work the flow left for later (`Later`) runs after the answer, in
+    a task the lock is handed over to: it is released when that work is done.
+    """
 
     thread_id: str
     flow: Flow[Any]
@@ -149,8 +150,68 @@ class Locked:
             return drive(self.flow, performer)
 
     async def aperform(self, performer: Performer) -> Any:
-        async with performer.locks.ahold(self.thread_id):
-            return await adrive(self.flow, performer)
+        return await _hold_then_hand_over(self.thread_id, self.flow, performer)
+
+
+async def _hold_then_hand_over(thread_id: str, flow: Flow[Any], performer: Performer) -> Any:
+    """`Locked`, asynchronously: `flow` under the lock, then the work it left (`Later`) in a
+    task the lock is handed over to, if it left any; else the lock is released."""
+    hold = performer.locks.ahold(thread_id)
+    await hold.__aenter__()
+    left: list[Flow[Any]] = []
+    token = _LEFT.set(left)
+    try:
+        answer = await adrive(flow, performer)
+    except BaseException:
+        await hold.__aexit__()
+        raise
+    finally:
+        _LEFT.reset(token)
+    if not left:
+        await hold.__aexit__()
+    else:
+        performer.locks.hand_over(hold, lambda: _run_all(left, performer))
+    return answer
+
+
+async def _run_all(flows: Sequence[Flow[Any]], performer: Performer) -> None:
+    for flow in flows:
+        await adrive(flow, performer)
+
+
+_LEFT: contextvars.ContextVar[list[Flow[Any]]] = contextvars.ContextVar("retaining_saver_left")
+"""The work `Later` effects left to run after the innermost async `Locked` flow returns."""
+
+
+@dataclass(slots=True)
+class Later:
+    """One piece of work, as two flows: `now`, or `later` after the caller has its answer.
+
+    The sync driver runs `now` and answers what it returns. The async driver,
+    inside a `Locked` flow, answers None at once and runs `later` when that flow
+    has returned, in a task of its own that still holds the thread's lock (the
+    caller gets its answer first; the thread's next writer or admission waits
+    for the work as for any holder of the lock); outside one, it runs `now`.
+    """
+
+    now: Flow[Any]
+    later: Flow[Any]
+
+    def perform(self, performer: Performer) -> Any:
+        return drive(self.now, performer)
+
+    async def aperform(self, performer: Performer) -> Any:
+        return await _now_or_left(self, performer)
+
+
+async def _now_or_left(later: Later, performer: Performer) -> Any:
+    """`Later`, asynchronously: None, its `later` flow left to the innermost `Locked` flow;
+    outside one, what its `now` flow returns. (A flow never started needs no closing.)"""
+    left = _LEFT.get(None)
+    if left is None:
+        return await adrive(later.now, performer)
+    left.append(later.later)
+    return None
 
 
 @dataclass(slots=True)
@@ -265,6 +326,7 @@ Effect = (
     | Offload
     | FellBack
     | Locked
+    | Later
     | IfFree
     | IfFreeEach
     | Rest
@@ -332,50 +394,3 @@ async def adrive(flow: Flow[T], performer: Performer) -> T:
                 effect = flow.send(answer)
     except StopIteration as done:
         return cast(T, done.value)
-
-
-def run(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-    """Carry out `op` in the transaction `mode` calls for, as `drive` carries out a `Run`.
-
-    An async saver's transaction runs on its loop (`Backend.loop`), by `arun`.
-
-    Raises:
-        asyncio.InvalidStateError: If called on that loop's own thread.
-    """
-    if backend.loop is not None:
-        return on_saver_loop(backend.loop, None, lambda: arun(backend, op, mode))
-    return _transact(backend, op, mode)
-
-
-async def arun(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-    """`run`, for `adrive`: each statement awaited where the backend `awaits`, else the
-    sync transaction run whole in one `Backend.hop`.
-
-    The statements are fed to the executor right here: a statement climbs no frame
-    of ours between the flow's driver and the cursor (`scripts/statement_frames.py`).
-    """
-    if not backend.awaits:
-        return await backend.hop(partial(_transact, backend, op, mode))
-    async with backend.atransaction(mode) as aexecute:
-        try:
-            statement = next(op)
-            while True:
-                statement = op.send(await aexecute(statement))
-        except StopIteration as done:
-            return cast(T, done.value)
-        finally:
-            op.close()
-
-
-def _transact(backend: Backend, op: Op[T], mode: Mode) -> T:
-    """`op`'s statements fed to the executor of the backend's sync transaction, on this
-    thread."""
-    with backend.transaction(mode) as execute:
-        try:
-            statement = next(op)
-            while True:
-                statement = op.send(execute(statement))
-        except StopIteration as done:
-            return cast(T, done.value)
-        finally:
-            op.close()

@@ -9,7 +9,7 @@ request path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,7 @@ from retaining_saver._rules import (
     Root,
 )
 from retaining_saver._rules._recheck import Applied
+from retaining_saver._rules._sparing import Planner
 from retaining_saver._storage import full_stats
 from retaining_saver.backends import _upstream
 from retaining_saver.backends._apply import PlanChanged
@@ -163,10 +164,6 @@ def _would_be_after(
         backend.gone_channel_stats(thread_id, deleted, blobs), Mode.READ
     )
     return before.without(gone, gone_channels)
-
-
-Planner = Callable[[Lineage, RetentionPolicy, datetime], Plan]
-"""How a pass plans: `_rules.plan_retention`, or a choice among its plans."""
 
 
 def planned_pass(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Generic, TypeVar
 
@@ -72,6 +72,9 @@ class ThreadLocks:
         self._async: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, _Registry[asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
+        # Tasks holding a lock handed over to them (`hand_over`): a strong reference each,
+        # so that none is collected while it runs.
+        self._handed: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         with self._guard:
@@ -110,6 +113,27 @@ class ThreadLocks:
     def ahold(self, thread_id: str) -> _AsyncHold:
         """Hold `thread_id`'s lock for the running event loop (`async with`)."""
         return _AsyncHold(self._loop_registry(), thread_id)
+
+    def hand_over(self, hold: _AsyncHold, work: Callable[[], Awaitable[None]]) -> None:
+        """Keep `hold`, taken by the caller, until `work()` has run in a task of its own on
+        the running loop, which then releases it: the caller goes on, and whoever waits for
+        the lock next waits for the work as for any holder."""
+
+        async def finish() -> None:
+            try:
+                await work()
+            finally:
+                await hold.__aexit__()
+
+        task = asyncio.get_running_loop().create_task(finish())
+        self._handed.add(task)
+        task.add_done_callback(self._handed.discard)
+
+    async def asettled(self) -> None:
+        """Wait until the work handed over to tasks on the running loop has run."""
+        loop = asyncio.get_running_loop()
+        while handed := [task for task in self._handed if task.get_loop() is loop]:
+            await asyncio.wait(handed)
 
     def _loop_registry(self) -> _Registry[asyncio.Lock]:
         loop = asyncio.get_running_loop()

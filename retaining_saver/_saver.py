@@ -31,17 +31,9 @@ from retaining_saver import _admission, _run_reads
 from retaining_saver._accounting import Accounts, AdmissionCounters, ReclaimEvent
 from retaining_saver._admission import AdmissionResult, Admitted
 from retaining_saver._admitting import AdmittingMixin
-from retaining_saver._bounding import BoundingMixin, Rooms, admission_retention
+from retaining_saver._bounding import BoundingMixin, admission_retention
 from retaining_saver._delegate import DelegatingSaver
-from retaining_saver._effects import (
-    Flow,
-    Locked,
-    Lookup,
-    Performer,
-    ReadHead,
-    adrive,
-    drive,
-)
+from retaining_saver._effects import Flow, Locked, Lookup, Performer, ReadHead, adrive, drive
 from retaining_saver._errors import UnsupportedSaverError
 from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
@@ -52,6 +44,7 @@ from retaining_saver._reads import ReadsMixin
 from retaining_saver._reclaimed import RECLAIMED_ID_TTL, Key, ReclaimedIds
 from retaining_saver._resumes import ResumeNotes
 from retaining_saver._retry import ReadRetry
+from retaining_saver._rooms import Rooms
 from retaining_saver._rules import (
     LeafPredicate,
     MarkerShape,
@@ -120,7 +113,7 @@ class RetainingSaver(
             `history_keep_runs`, `compact_steps` or `keep_latest` (and the
             `history_min_age` they require). A thread at N runs may grow N // 2
             more before a pass deletes them, at most `max_delete_per_run` (None:
-            64) an admission; see `_bounding`. None keeps all history.
+            64) an admission, after an async read answers (`_bounding`). None: no rules.
 
     Attributes:
         inner, policy, retention, strict, admission, history_caches,

@@ -17,7 +17,7 @@ from bounding_kit import runs_on_head_line
 from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver import CheckpointNode, RetainingSaver, RetentionPolicy, _bounding
-from retaining_saver._bounding import slack_runs
+from retaining_saver._rooms import slack_runs
 from retaining_saver._rules import Lineage
 from retaining_saver._rules._ages import age_thresholds, next_age_crossing
 from retaining_saver.testing.checks import integrity

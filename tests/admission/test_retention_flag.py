@@ -29,7 +29,7 @@ from bounding_kit import (
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
-from retaining_saver._bounding import slack_runs
+from retaining_saver._rooms import slack_runs
 from retaining_saver.testing.checks import aintegrity, integrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 from retaining_saver.testing.views import normalize, visible_state

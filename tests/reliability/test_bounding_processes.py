@@ -28,7 +28,7 @@ from bounding_worker import RESERVATION_KEY
 from psycopg import AsyncConnection
 from savers import open_async_at
 
-from retaining_saver._bounding import slack_runs
+from retaining_saver._rooms import slack_runs
 from retaining_saver.testing.checks import aintegrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 from retaining_saver.testing.views import visible_state

@@ -1,0 +1,37 @@
+"""A plan that spares one checkpoint's row: what a history pass may carry out after the
+read of a run that holds that checkpoint as its head (`_bounding`'s pass after an async
+admission read). No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from retaining_saver._rules._lineage import Lineage, NodeKey, Plan
+from retaining_saver._rules._plan import plan_retention
+from retaining_saver._rules._policy import RetentionPolicy
+
+Planner = Callable[[Lineage, RetentionPolicy, datetime], Plan]
+"""What makes a thread's plan: `plan_retention`, or one that spares a row."""
+
+
+def sparing(key: NodeKey) -> Planner:
+    """A planner whose plan leaves `key`'s row as it is: the rules' plan, or, if that would
+    delete the checkpoint, re-parent it, make it a root or store values at it, one that
+    changes nothing now and defers its deletions to a later pass."""
+
+    def plan(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
+        found = plan_retention(lineage, policy, now)
+        rows = {
+            *((d.checkpoint_ns, d.checkpoint_id) for d in found.deletions),
+            *((g.checkpoint_ns, g.child_id) for g in found.grafts),
+            *((r.checkpoint_ns, r.checkpoint_id) for r in found.roots),
+            *((m.checkpoint_ns, m.checkpoint_id) for m in found.materialise),
+        }
+        if key not in rows:
+            return found
+        waiting = found.deletions + found.deferred
+        return Plan(kept=found.kept, deferred=waiting, heads=found.heads)
+
+    return plan
