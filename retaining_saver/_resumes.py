@@ -13,14 +13,15 @@ entry must hold each row's key and serialized value exactly.
 
 A run's own writes must not pay for this, and its reads stay reads: each checkpoint a
 read returns (`get_tuple`, as a run's loop reads the checkpoint it starts from) is
-remembered in memory with the run its metadata names, and only a write on such a
-checkpoint by another run is a resume. The writes a run puts on the checkpoints it
-makes (every step of a run that is not a resume) are never read first, so they cost
-no statement; neither does a write that leaves nothing to record. A write without a
-run id (no `run_id` in the config's `metadata` or `configurable`) is not recorded: no
-run removal can name it. A resume whose read this process did not see (its entry
-evicted, at most `ENTRIES` reads back) is not recorded either: its rollback reads the
-store, as before the ledger.
+remembered in memory with the run its metadata names if it holds writes, and only a
+write on such a checkpoint by another run is a resume to record. The writes a run
+puts on the checkpoints it makes (every step of a run that is not a resume) are never
+read first, so they cost no statement; neither does a write that leaves nothing to
+record. A write without a run id (no `run_id` in the config's `metadata` or
+`configurable`) is not recorded: no run removal can name it. A resume whose read this
+process did not see (its entry evicted, at most `ENTRIES` reads of checkpoints with
+writes back) is not recorded either: its rollback reads the store, as before the
+ledger.
 """
 
 from __future__ import annotations
@@ -61,8 +62,12 @@ class ResumeNotes:
         self._noted: BoundedLru[tuple[Point, str], bool] = BoundedLru(ENTRIES)
 
     def seen(self, read: CheckpointTuple | None) -> CheckpointTuple | None:
-        """`read`, once remembered with the run that made it ("" for none)."""
-        if read is not None:
+        """`read`, once remembered with the run that made it ("" for none), if it holds
+        writes: a resume's rollback needs the ledger only where writes were there before
+        it (with none, every write on the checkpoint is the resume's, which the store
+        tells), so a read of a checkpoint without writes, a run's usual start, costs
+        nothing here."""
+        if read is not None and read.pending_writes:
             configurable = read.config.get("configurable") or {}
             checkpoint_id = configurable.get("checkpoint_id")
             if checkpoint_id and configurable.get("thread_id") is not None:
