@@ -29,7 +29,13 @@ from retaining_saver._rules._idle import HeadFacts, IdleVerdict, ThreadHead, thr
 from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._rules._recheck import Applied
 from retaining_saver.backends._apply import PlanChanged
-from retaining_saver.backends._sweep import Held, SweepStore, ThreadChanged, locked_act
+from retaining_saver.backends._sweep import (
+    BatchDeletes,
+    Held,
+    SweepStore,
+    ThreadChanged,
+    locked_act,
+)
 
 logger = logging.getLogger("retaining_saver")
 
@@ -151,7 +157,11 @@ def _deleted(thread_id: str, done: int | Held) -> ThreadResult:
 
 
 def sweep_batch(
-    store: SweepStore, scans: Sequence[ThreadHead], policy: IdleThreadPolicy, now: datetime
+    store: SweepStore,
+    batches: BatchDeletes,
+    scans: Sequence[ThreadHead],
+    policy: IdleThreadPolicy,
+    now: datetime,
 ) -> Flow[list[ThreadResult]]:
     """The "delete" strategy on threads `scans` found idle, together: their heads read at
     once, each judged (its veto asked), and the expired ones deleted, each in its own
@@ -179,7 +189,7 @@ def sweep_batch(
         else:
             judged.append((thread_id, head))
     if judged:
-        results |= yield from _delete_batch(store, judged)
+        results |= yield from _delete_batch(store, batches, judged)
     return [results[scan.thread_id] for scan in scans]
 
 
@@ -198,11 +208,13 @@ def _batch_facts(store: SweepStore, thread_ids: list[str]) -> Flow[dict[str, Hea
 
 
 def _delete_batch(
-    store: SweepStore, judged: list[tuple[str, HeadFacts]]
+    store: SweepStore, batches: BatchDeletes, judged: list[tuple[str, HeadFacts]]
 ) -> Flow[dict[str, ThreadResult]]:
     for thread_id, _ in judged:
         yield Invalidate(thread_id, "", None)
-    act = store.delete_batch_unchanged([(t, h.checkpoint_id, h.pending_writes) for t, h in judged])
+    act = batches.delete_batch_unchanged(
+        [(t, h.checkpoint_id, h.pending_writes) for t, h in judged]
+    )
     try:
         done = yield Run(act, Mode.APART)
     except Exception as error:  # none of them ended: each alone, then

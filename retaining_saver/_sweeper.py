@@ -30,7 +30,7 @@ from retaining_saver._rules._idle_policy import IdleThreadPolicy
 from retaining_saver._sweep_pass import PassTally, SweepCounters, SweepPass
 from retaining_saver._sweep_thread import SweepOutcome, ThreadResult, sweep_batch, sweep_thread
 from retaining_saver.backends._base import Mode
-from retaining_saver.backends._sweep import SweepStore
+from retaining_saver.backends._sweep import BatchDeletes, SweepStore
 from retaining_saver.backends._sweep_stores import store_for
 
 if TYPE_CHECKING:
@@ -124,7 +124,9 @@ class RetentionSweeper:
         self.store: SweepStore = store_for(saver._require_backend())
         self.engine_policy = _engine_policy(saver, policy)
         self._batch = self.store.batch_size
-        self._deletes_batches = self.engine_policy is None and not self.dry_run
+        # Where the "delete" strategy deletes batches: the store's own, unless dry.
+        deletes = self.engine_policy is None and not self.dry_run
+        self._batches = self.store.batches if deletes else None
         self.counters = SweepCounters()
         self.last_pass: SweepPass | None = None
         self.resume_after: str | None = None
@@ -206,7 +208,7 @@ class RetentionSweeper:
         deletes batches), and every thread of it noted, in order."""
         idle = [head for head, verdict in chunk if verdict is IdleVerdict.EXPIRED]
         done: dict[str, ThreadResult] = {}
-        if not self._deletes_batches or self._batch == 1:
+        if (batches := self._batches) is None:
             known = (yield from self._prefetched(idle)) if self._batch > 1 else None
             for head in idle:
                 if self._stopping.is_set():  # `run_until` stopped: end after this thread
@@ -215,7 +217,9 @@ class RetentionSweeper:
                 done[head.thread_id] = yield IfFree(head.thread_id, handled, _busy(head))
         elif idle:
             ids = [head.thread_id for head in idle]
-            batch = yield IfFreeEach(ids, lambda free: self._batched(idle, free, run.started_at))
+            batch = yield IfFreeEach(
+                ids, lambda free: self._batched(batches, idle, free, run.started_at)
+            )
             done = {result.thread_id: result for result in batch}
         for head, verdict in chunk:
             if verdict is IdleVerdict.EXPIRED:
@@ -228,14 +232,14 @@ class RetentionSweeper:
                 run.after = head.thread_id
 
     def _batched(
-        self, heads: list[ThreadHead], free: list[str], now: datetime
+        self, batches: BatchDeletes, heads: list[ThreadHead], free: list[str], now: datetime
     ) -> Flow[list[ThreadResult]]:
         """`sweep_batch` on those of `heads` whose lock in this process was `free`; the
         others busy. If it fails, each of them is counted failed, and the pass goes on."""
         taken = set(free)
         scans = [head for head in heads if head.thread_id in taken]
         try:
-            swept = yield from sweep_batch(self.store, scans, self.policy, now)
+            swept = yield from sweep_batch(self.store, batches, scans, self.policy, now)
         except Exception:
             logger.exception("sweeping %d threads failed; the pass goes on", len(scans))
             swept = [ThreadResult(head.thread_id, SweepOutcome.FAILED) for head in scans]

@@ -32,15 +32,15 @@ def run(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
 
 
 async def arun(backend: Backend, op: Op[T], mode: Mode = Mode.WRITE) -> T:
-    """`run`, for `_effects.adrive`: each statement awaited where the backend `awaits`, else the
+    """`run`, for `_effects.adrive`: each statement awaited where the backend is `awaited`, else the
     sync transaction run whole in one `Backend.hop`.
 
     The statements are fed to the executor right here: a statement climbs no frame
     of ours between the flow's driver and the cursor (`scripts/statement_frames.py`).
     """
-    if not backend.awaits:
+    if (awaited := backend.awaited) is None:
         return await backend.hop(partial(_transact, backend, op, mode))
-    async with backend.atransaction(mode) as aexecute:
+    async with awaited.atransaction(mode) as aexecute:
         try:
             statement = next(op)
             while True:

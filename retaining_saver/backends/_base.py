@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -37,6 +37,7 @@ from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._recheck import Applied, LeafTake, ParentChange, PlanRecheck, RowKey
 from retaining_saver.backends._apply import apply_plan
 from retaining_saver.backends._ops import AExecute as AExecute
+from retaining_saver.backends._ops import AwaitedTransactions as AwaitedTransactions
 from retaining_saver.backends._ops import Capabilities as Capabilities
 from retaining_saver.backends._ops import Execute as Execute
 from retaining_saver.backends._ops import Integrity as Integrity
@@ -69,9 +70,10 @@ class Backend(ResumedWrites, ABC):
     loop: asyncio.AbstractEventLoop | None = None
     """An async saver's event loop, where a sync caller's transaction runs; None where the
     calling thread runs it."""
-    awaits: bool = False
-    """Whether its statements are awaited on `loop` (`atransaction`); else an async caller
-    runs the sync `transaction` whole, where `hop` puts it."""
+    awaited: AwaitedTransactions | None = None
+    """The backend itself where its statements are awaited on `loop` (its
+    `atransaction`); None where an async caller runs the sync `transaction` whole, where
+    `hop` puts it."""
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
         self.saver = saver
@@ -111,10 +113,6 @@ class Backend(ResumedWrites, ABC):
         """The transaction `mode` calls for, on the saver's connection, yielding the executor
         of this backend's statements: ended with a commit when the block ends, with a
         rollback if it raises."""
-
-    def atransaction(self, mode: Mode) -> AbstractAsyncContextManager[AExecute]:
-        """`transaction`, with statements awaited on `loop`: for a backend that `awaits`."""
-        raise NotImplementedError(f"{type(self).__name__} runs its transactions in `hop`")
 
     async def hop(self, call: Callable[[], T]) -> T:
         """`call()`, a sync transaction with its statements, run whole where this backend's

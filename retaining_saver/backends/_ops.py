@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 Op = Generator[Any, Any, T]
@@ -32,6 +33,14 @@ Execute = Callable[[Any], Any]
 """What a sync transaction yields: runs one of its backend's statements, answers its result."""
 AExecute = Callable[[Any], Awaitable[Any]]
 """What an async transaction yields: `Execute`, awaited."""
+
+
+class AwaitedTransactions(Protocol):
+    """A backend whose statements are awaited on its saver's loop (`Backend.awaited`)."""
+
+    def atransaction(self, mode: Mode) -> AbstractAsyncContextManager[AExecute]:
+        """`Backend.transaction`, with each statement awaited."""
+        ...
 
 
 class Mode(StrEnum):

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from psycopg.errors import DivisionByZero
 
 from retaining_saver._rules._idle import HeadFacts
-from retaining_saver.backends._base import Op
+from retaining_saver.backends._base import Backend, Op
 from retaining_saver.backends._postgres_sql_sweep import (
     DELETE_THREAD_IF_UNCHANGED_SQL,
     DELETE_THREAD_SQL,
@@ -64,6 +64,10 @@ class PostgresSweep(SqlSweep):
 
     texts = TEXTS
     batch_size = BATCH_SIZE
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.batches = self
 
     def head_facts(self, thread_id: str) -> Op[HeadFacts | None] | None:
         read = self.batch_head_facts([thread_id])

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from retaining_saver._rules._idle import HeadFacts, ThreadHead
 from retaining_saver.backends._base import Backend, Op, T
@@ -41,16 +41,31 @@ Judged = tuple[str, str, int]
 writes (what a verdict was made on, and its transaction re-checks)."""
 
 
+class BatchDeletes(Protocol):
+    """A store that deletes a batch of expired threads in one round trip (`SweepStore.batches`)."""
+
+    def delete_batch_unchanged(
+        self, judged: Sequence[Judged]
+    ) -> Op[dict[str, int | Held | Exception]]:
+        """`SweepStore.delete_unchanged` of each of `judged`, each in a transaction of its
+        own (run in `Mode.APART`), by thread id: the checkpoints deleted, why none were,
+        or what made its transaction fail (and roll back). A thread that got a row while
+        it was being deleted is rolled back, `Held.CHANGED`."""
+        ...
+
+
 class SweepStore(ABC):
     """The idle-thread scan, the per-thread lock and whole-thread deletion of one store."""
 
     batch_size: ClassVar[int] = 1
-    """The most expired threads handled together (`delete_batch_unchanged`): above 1 where
-    the store reads their heads in one statement and sends their transactions, one a
-    thread, in one round trip."""
+    """The most expired threads handled together (`batches`): above 1 where the store
+    reads their heads in one statement and sends their transactions, one a thread, in one
+    round trip."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        self.batches: BatchDeletes | None = None
+        """The store itself where its `batch_size` is above 1; None otherwise."""
 
     def prepare(self) -> Op[None]:
         """Create what the scan's index needs, in a write transaction (SQLite: on first use)."""
@@ -84,19 +99,6 @@ class SweepStore(ABC):
         """Take the thread and delete it whole if it is as judged (see `locked_act`): the
         checkpoints deleted, or why nothing was. A store may do it in fewer statements."""
         return delete_unchanged(self, thread_id, head_id, head_writes)
-
-    def delete_batch_unchanged(
-        self, judged: Sequence[Judged]
-    ) -> Op[dict[str, int | Held | Exception]]:
-        """`delete_unchanged` of each of `judged`, each in a transaction of its own (run in
-        `Mode.APART`), by thread id: the checkpoints deleted, why none were, or what made
-        its transaction fail (and roll back). A store whose `batch_size` is above 1
-        implements it.
-
-        A thread that got a row while it was being deleted is rolled back, `Held.CHANGED`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not delete batches")
-        yield  # an operation all the same
 
     @abstractmethod
     def delete_thread(self, thread_id: str) -> Op[int]:

@@ -248,7 +248,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
     def __init__(self, saver: PostgresSaver | AsyncPostgresSaver) -> None:
         super().__init__(saver)
         if isinstance(saver, AsyncPostgresSaver):
-            self.loop, self.awaits = saver.loop, True
+            self.loop, self.awaited = saver.loop, self
 
     def permission_problem(self, error: BaseException) -> str | None:
         """SQLSTATE 42501 (insufficient_privilege): the driver's first line names it."""
@@ -314,7 +314,7 @@ class PostgresBackend(PostgresAdmission, PostgresPlans, PostgresStats, SqlResume
 
     async def acreate_indexes(self) -> None:
         """Async `create_indexes`; a sync `PostgresSaver` runs it in a worker thread."""
-        if not self.awaits:
+        if self.awaited is None:
             return await self.hop(self.create_indexes)
         async with self.atransaction(Mode.GUARDED) as aexecute:
             for statement in INDEXING:

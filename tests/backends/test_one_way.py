@@ -62,7 +62,7 @@ class Spy:
         self.yielded: list[Any] = []
 
     def watch(self, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-        real, areal = backend.transaction, backend.atransaction
+        real, areal = backend.transaction, getattr(backend, "atransaction", None)
 
         @contextmanager
         def transaction(mode: Mode) -> Iterator[Any]:
@@ -77,7 +77,8 @@ class Spy:
                 yield lambda statement: aexecute(self._ran(statement))
 
         monkeypatch.setattr(backend, "transaction", transaction)
-        monkeypatch.setattr(backend, "atransaction", atransaction)
+        if areal is not None:  # a backend whose statements are awaited
+            monkeypatch.setattr(backend, "atransaction", atransaction)
 
     def _ran(self, statement: Any) -> Any:
         self.executed.append(statement)
