@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from retaining_saver._rules import BlobKey, Lineage
+from retaining_saver._rules import BlobKey, CheckpointNode, Lineage
 from retaining_saver._rules._recheck import ParentChange, RowKey
 from retaining_saver.backends._base import Op
 from retaining_saver.backends._postgres_sql_plan import (
@@ -34,7 +34,7 @@ from retaining_saver.backends._postgres_sql_plan import (
     UPSERT_BLOB_SQL,
 )
 from retaining_saver.backends._sql import SqlBackend, Statement
-from retaining_saver.backends._upstream import delta_snapshot
+from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
 
 _CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
 _ROW_COLUMNS = ("ns", "id", "parent", "consumed")
@@ -49,6 +49,14 @@ def _blob_key(key: BlobKey) -> BlobKey:
 
 class PostgresPlans(SqlBackend):
     """A plan's steps, and the blob sweep, over a `PostgresSaver` or an `AsyncPostgresSaver`."""
+
+    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+        """The thread's nodes, read as one JSON document (`SELECT_LINEAGE_SQL`)."""
+        params = {"thread_id": str(thread_id)}
+        rows = yield Statement(self.sql.select_lineage, params, fetch=True)
+        nodes = (_lineage_node(fields) for fields in rows[0]["nodes"])
+        lineage = Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
+        return (yield from self._with_stored(lineage))
 
     def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
         """For a thread with DeltaChannels, which of them each checkpoint stores."""
@@ -102,11 +110,33 @@ class PostgresPlans(SqlBackend):
         return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
 
 
+def _lineage_node(fields: list[Any]) -> CheckpointNode:
+    """The node of one element of `SELECT_LINEAGE_SQL`'s array, whose fields are, in order,
+    those of `PostgresBackend._node`'s row, then the write count."""
+    ns, checkpoint_id, parent_id, versions, seen, ts, version, metadata, writes = fields
+    return CheckpointNode(
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_id=parent_id,
+        channel_versions=versions or {},
+        versions_seen=seen or {},
+        write_count=writes,
+        metadata=metadata or {},
+        ts=ts or "",
+        format_version=CheckpointNode.format_version_of(version),
+    )
+
+
+def _blob_keys(candidates: Sequence[BlobKey]) -> str:
+    """`candidates` as the JSON array the blob statements read as a recordset."""
+    return json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+
+
 def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
     """The candidates among the blob rows `sql` answers for them (deleted or found)."""
     if not candidates:
         return []
-    keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+    keys = _blob_keys(candidates)
     rows = yield Statement(sql, (keys, str(thread_id)), True)
     answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
     return [key for key in candidates if _blob_key(key) in answered]

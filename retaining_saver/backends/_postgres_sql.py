@@ -17,26 +17,35 @@ A statement that differs from another by a clause is written out again, whole, s
 
 from __future__ import annotations
 
-# A node's columns and its write count, read from `checkpoints AS c`. `v` is selected
-# as text: psycopg would decode a JSONB column with a `json.loads` per row.
+# A thread's nodes, as one row: a JSON array of each checkpoint's fields (those of
+# `SELECT_NODES_SQL`, in its order; `_postgres_plan._lineage_node` reads them). One
+# document, which psycopg decodes in one `json.loads` (JSONB columns would be three a
+# row), and the write counts in one pass over the thread's writes (a count per
+# checkpoint would probe them once a row).
 SELECT_LINEAGE_SQL = """
-SELECT
+WITH writes AS (
+    SELECT w.checkpoint_ns, w.checkpoint_id, count(*) AS write_count
+    FROM checkpoint_writes AS w
+    WHERE w.thread_id = %(thread_id)s
+    GROUP BY w.checkpoint_ns, w.checkpoint_id
+)
+SELECT coalesce(json_agg(json_build_array(
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-    c.checkpoint -> 'channel_versions' AS channel_versions,
-    c.checkpoint -> 'versions_seen' AS versions_seen,
-    c.checkpoint ->> 'ts' AS ts,
-    c.checkpoint ->> 'v' AS format_version,
+    c.checkpoint -> 'channel_versions',
+    c.checkpoint -> 'versions_seen',
+    c.checkpoint ->> 'ts',
+    c.checkpoint ->> 'v',
     c.metadata,
-    (
-        SELECT count(*) FROM checkpoint_writes AS w
-        WHERE w.thread_id = c.thread_id
-            AND w.checkpoint_ns = c.checkpoint_ns
-            AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count
+    coalesce(w.write_count, 0)
+)), '[]'::json) AS nodes
 FROM checkpoints AS c
-WHERE c.thread_id = %s
+LEFT JOIN writes AS w
+    ON w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id
+WHERE c.thread_id = %(thread_id)s
 """
 
+# A node's columns and its write count, read from `checkpoints AS c`. `v` is selected
+# as text: psycopg would decode a JSONB column with a `json.loads` per row.
 SELECT_NODES_SQL = """
 SELECT
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
