@@ -93,6 +93,7 @@ class ResumeNotes:
         return ns, str(checkpoint_id), run_id
 
     def noted(self, thread_id: str, resume: Resume) -> None:
-        """The resume's entry is recorded (or the store found nothing to record)."""
+        """The resume's entry is recorded (or the store found nothing to record, or it
+        could not be written): its run's later writes record none."""
         ns, checkpoint_id, run_id = resume
         self._noted.put(((thread_id, ns, checkpoint_id), run_id), True)

@@ -19,6 +19,7 @@ from typing import Any, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
+from retaining_saver._accounting import Accounts
 from retaining_saver._admission import Admitted
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Call, Flow, Locked, Mode, Performer, Run, adrive, drive
@@ -32,11 +33,14 @@ from retaining_saver.backends._base import Backend
 
 logger = logging.getLogger("retaining_saver")
 
+RESUME_UNRECORDED = "resume-unrecorded"
+
 
 class WritesMixin(DelegatingSaver):
     """`put`, `put_writes`, `delete_thread` and their async twins, for `RetainingSaver`."""
 
     _backend: Backend | None
+    _accounts: Accounts
     _locks: ThreadLocks
     _performer: Performer
     _stamps: OwnStamps | None
@@ -217,9 +221,18 @@ class WritesMixin(DelegatingSaver):
             # One statement that re-checks what it records on: no transaction around it.
             yield Run(self._backend.note_resume(thread_id, *resume), Mode.GUARDED)
         except Exception as error:  # the write goes on; its rollback falls back to the store
-            logger.warning("could not record the resume of thread %s: %r", thread_id, error)
-        else:
-            self._resumes.noted(thread_id, resume)
+            # Once: a ledger that cannot be written (a role without INSERT on it) fails
+            # every resume alike, and each would say the same.
+            self._accounts.once(
+                RESUME_UNRECORDED,
+                "could not record the resume of thread %s; rolling its run back restores "
+                "what the store alone can tell (logged once): %r",
+                thread_id,
+                error,
+            )
+        # Recorded or not, never again for this run: an entry taken after its first write
+        # here would hold that write, which rolling the run back would then restore.
+        self._resumes.noted(thread_id, resume)
         return config
 
     def _reclaim_then_land(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:

@@ -269,3 +269,65 @@ def test_a_sweep_deletes_the_ledger_with_its_thread(
         done = RetentionSweeper(saver, IdleThreadPolicy(IDLE_FOR, "delete"), clock=clock).run_pass()
         assert [r.outcome for r in done.results] == [SweepOutcome.DELETED]
         assert run(backend, backend.resumptions(TARGET)) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ledger_that_cannot_be_written_is_said_once(
+    kind: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ledger no write reaches (a role without INSERT on it) fails every resume alike:
+    the runs go on, and it is said once, not once a resume."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        backend = saver._backend
+        assert backend is not None
+        refused: list[str] = []
+
+        def refusing(thread_id: str, ns: str, checkpoint_id: str, run_id: str) -> Any:
+            refused.append(run_id)
+            raise PermissionError("permission denied for table retaining_saver_resumed")
+
+        monkeypatch.setattr(backend, "note_resume", refusing)
+        graph = asking_graph(saver)
+        with caplog.at_level("DEBUG", logger="retaining_saver"):
+            for t in (TARGET, TWIN):
+                graph.invoke({"said": []}, run_config(t, "run-0"))
+                graph.invoke(Command(resume="one"), run_config(t, "run-1"))
+                graph.invoke(Command(resume="two"), run_config(t, "run-2"))
+        assert refused == ["run-1", "run-2"] * 2
+        said = [r for r in caplog.records if "could not record the resume" in r.getMessage()]
+        assert [r.levelname for r in said] == ["WARNING"] + ["DEBUG"] * 3
+        assert graph.get_state(thread(TARGET)).values == {"said": ["one two"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_resume_not_recorded_at_its_first_write_is_not_recorded_later(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry must hold the rows as they were before the run's first write there: one
+    taken at a later write would hold the run's own answer, and rolling the run back
+    would restore it. A ledger write that failed once (a dropped connection) is not
+    tried again for that run; its rollback reads the store, as one the ledger never saw."""
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner)
+        backend = saver._backend
+        assert backend is not None
+        note = backend.note_resume
+        tried: list[str] = []
+
+        def failing_once(thread_id: str, ns: str, checkpoint_id: str, run_id: str) -> Any:
+            tried.append(run_id)
+            if len(tried) == 1:
+                raise ConnectionError("server closed the connection unexpectedly")
+            return note(thread_id, ns, checkpoint_id, run_id)
+
+        graph = asking_graph(saver)
+        graph.invoke({"said": []}, run_config(TARGET, "run-0"))
+        monkeypatch.setattr(backend, "note_resume", failing_once)
+        graph.invoke(Command(resume="one"), run_config(TARGET, "run-1"))
+        graph.invoke(Command(resume="two"), run_config(TARGET, "run-2"))
+        assert tried == ["run-1", "run-2"]
+        assert [e.run_id for e in run(backend, backend.resumptions(TARGET))] == ["run-2"]
