@@ -15,7 +15,8 @@ protection (`explain`), which the command line's legend and `docs/rules.md`
 (anchored by value) use. This page is their table of contents.
 
 What each deletion re-checks in its transaction is one table of named checks,
-`PRECONDITIONS` (`_checks`, which renders it): the verdicts below run its
+`PRECONDITIONS` (`_checks`, which renders it; a whole thread's deletion by the
+idle-thread sweep, `_thread_checks`): the verdicts below run its
 predicates, and each guard clause of a statement that deletes names the check
 it enforces (tests/engine/test_preconditions.py holds them to the table).
 `_recheck` judges a plan's steps, and admission's take, on the rows a backend
@@ -147,10 +148,11 @@ prove unreachable stays.
 
 from __future__ import annotations
 
+from retaining_saver._rules._check import Check as Check
+
 # The rules' names for the rest of the package, re-exported as `X as X` (explicit for
 # mypy): `_rules` is internal, so it has no `__all__`.
 from retaining_saver._rules._checks import PRECONDITIONS as PRECONDITIONS
-from retaining_saver._rules._checks import Check as Check
 from retaining_saver._rules._checks import DeletionFacts as DeletionFacts
 from retaining_saver._rules._checks import DeletionKind as DeletionKind
 from retaining_saver._rules._checks import check_deletion as check_deletion

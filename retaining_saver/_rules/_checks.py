@@ -32,6 +32,10 @@ table as `_rules` renders it (`preconditions_table`):
 | row       | no-pending-writes   | it owns no writes, unless the plan counts them        |
 |           |                     | consumed                                              |
 | writes    | childless           | no checkpoint names it as parent                      |
+| thread    | locked              | no other sweeper holds the thread                     |
+| thread    | head-as-judged      | its newest root checkpoint is the one judged          |
+| thread    | writes-as-judged    | that checkpoint owns the pending writes judged        |
+| thread    | nothing-left        | no row of it is there after its deletes               |
 
 A take is admission's: a stamp at the head judged on the rows one round reads
 (`leaf_verdict`). A stamp deletion is a plan's stamp at the head, judged on its
@@ -40,19 +44,23 @@ plan reads and changes (`_recheck`); a row is every other deletion, which its
 statement alone guards, the plan's own deletions aside (a child deleted with
 it does not count). A writes deletion takes, from a checkpoint that stays, the
 writes rows a removed run left there (`_resumed`), or puts back the rows the resume
-ledger recorded before it, each statement guarded.
+ledger recorded before it, each statement guarded. A thread deletion is the idle-thread
+sweep's, of a whole thread judged expired on its head (`_thread_checks`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+from retaining_saver._rules._check import Check, first_failed
 from retaining_saver._rules._leaf import has_marker, is_clone, leaf_deletion
 from retaining_saver._rules._lineage import CheckpointNode, Deletion, LeafFacts, Reason, Skip
 from retaining_saver._rules._policy import RetentionPolicy
+from retaining_saver._rules._thread_checks import THREAD_CHECKS
 
 
 class DeletionKind(StrEnum):
@@ -63,6 +71,7 @@ class DeletionKind(StrEnum):
     CLONE = "clone"
     ROW = "row"
     WRITES = "writes"
+    THREAD = "thread"
 
 
 @dataclass(slots=True)
@@ -89,18 +98,8 @@ class DeletionFacts:
     protected: frozenset[str] = frozenset()
 
 
-Predicate = Callable[[Deletion, DeletionFacts], bool]
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One named precondition: `name` (what guard comments cite), `holds_when` (the table's
-    words), `predicate`, and `skip` (why a take it stops reclaimed nothing)."""
-
-    name: str
-    holds_when: str
-    predicate: Predicate
-    skip: Skip = Skip.PRECONDITION_CHANGED
+DeletionCheck = Check[Deletion, DeletionFacts]
+"""A precondition of a checkpoint's deletion."""
 
 
 def _marked(deletion: Deletion, facts: DeletionFacts) -> bool:
@@ -174,7 +173,7 @@ NEWEST_PARENT_NEXT = Check(
     _newest_parent_next,
 )
 
-PRECONDITIONS: Mapping[DeletionKind, tuple[Check, ...]] = {
+PRECONDITIONS: Mapping[DeletionKind, tuple[Check[Any, Any], ...]] = {
     DeletionKind.TAKE: (
         MARKED,
         NOT_PROTECTED,
@@ -194,6 +193,7 @@ PRECONDITIONS: Mapping[DeletionKind, tuple[Check, ...]] = {
     DeletionKind.CLONE: (PARENT_AS_PROVEN, CHILDLESS, NO_PENDING_WRITES, STILL_A_CLONE),
     DeletionKind.ROW: (PARENT_AS_PROVEN, CHILDLESS, NO_UNCONSUMED_WRITES),
     DeletionKind.WRITES: (CHILDLESS,),
+    DeletionKind.THREAD: THREAD_CHECKS,
 }
 """Each kind's checks, in the order a verdict runs them (the first that fails names a take's
 `Skip`)."""
@@ -212,18 +212,13 @@ def kind_of(deletion: Deletion) -> DeletionKind:
     return DeletionKind.CLONE if deletion.clone_of is not None else DeletionKind.ROW
 
 
-def failed_check(deletion: Deletion, facts: DeletionFacts, kind: DeletionKind) -> Check | None:
-    """The first check of `kind` that `deletion` fails on `facts`; None if all hold."""
-    return _first_failed(PRECONDITIONS[kind], deletion, facts)
-
-
-def _first_failed(
-    checks: tuple[Check, ...], deletion: Deletion, facts: DeletionFacts
-) -> Check | None:
-    for check in checks:  # a plain loop: a take runs this on every admission
-        if not check.predicate(deletion, facts):
-            return check
-    return None
+def failed_check(
+    deletion: Deletion, facts: DeletionFacts, kind: DeletionKind
+) -> DeletionCheck | None:
+    """The first check of `kind` (a checkpoint's) that `deletion` fails on `facts`; None
+    if all hold."""
+    checks: tuple[DeletionCheck, ...] = PRECONDITIONS[kind]
+    return first_failed(checks, deletion, facts)
 
 
 def check_deletion(deletion: Deletion, facts: DeletionFacts) -> bool:
@@ -263,7 +258,7 @@ def leaf_skip(
     take's checks that read the leaf alone (marked, not protected, no pending writes)."""
     deletion = _take_of(node.checkpoint_ns, node.checkpoint_id, node.parent_id)
     facts = DeletionFacts(node, None, False, policy=policy, protected=protected)
-    failed = _first_failed(_LEAF_ALONE, deletion, facts)
+    failed = first_failed(_LEAF_ALONE, deletion, facts)
     return None if failed is None else failed.skip
 
 
@@ -286,7 +281,7 @@ def parent_skip(leaf: CheckpointNode, parent: CheckpointNode | None) -> Skip | N
     checks on its parent (present, and cloned)."""
     deletion = leaf_deletion(leaf, Reason.TRAILING_DURATION_LEAF, head=True)
     facts = DeletionFacts(leaf, parent, False)
-    failed = _first_failed(_ON_PARENT, deletion, facts)
+    failed = first_failed(_ON_PARENT, deletion, facts)
     return None if failed is None else failed.skip
 
 

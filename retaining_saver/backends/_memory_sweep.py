@@ -37,6 +37,8 @@ class MemorySweep(SweepStore):
         return heads
 
     def delete_thread(self, thread_id: str) -> Op[int]:
+        # One step on the saver's dicts: no write of this process runs inside it, so
+        # nothing of the thread is left after it (the SQL stores read that again).
         def statement() -> int:
             saver = self._saver()
             namespaces = saver.storage.get(thread_id, {})

@@ -93,7 +93,9 @@ DELETE FROM checkpoints WHERE thread_id = %(thread_id)s RETURNING checkpoint_id
 # Under READ COMMITTED each statement sees what committed before it: a row another
 # writer committed during the deletes shows here, and the deletion rolls back.
 SELECT_THREAD_LEFT_SQL = """
-SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %(thread_id)s)
+SELECT EXISTS ( -- check: nothing-left
+        SELECT 1 FROM checkpoints WHERE thread_id = %(thread_id)s
+    )
     OR EXISTS (SELECT 1 FROM checkpoint_writes WHERE thread_id = %(thread_id)s)
     OR EXISTS (SELECT 1 FROM checkpoint_blobs WHERE thread_id = %(thread_id)s) AS found
 """
@@ -144,7 +146,7 @@ CROSS JOIN LATERAL (
 # sweeper deleted and committed in between finds no rows to delete (0).
 DELETE_THREAD_IF_UNCHANGED_SQL = """
 WITH taken AS (
-    SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS locked,
+    SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS locked, -- check: locked
         set_config('synchronous_commit', 'off', true) AS commit_mode
 ),
 judged AS (
@@ -159,8 +161,8 @@ judged AS (
         WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
         ORDER BY c.checkpoint_id DESC LIMIT 1
     ) AS head
-    WHERE t.locked AND head.checkpoint_id = %(checkpoint_id)s
-        AND head.write_count = %(write_count)s::bigint
+    WHERE t.locked AND head.checkpoint_id = %(checkpoint_id)s -- check: head-as-judged
+        AND head.write_count = %(write_count)s::bigint -- check: writes-as-judged
 ),
 writes AS (
     DELETE FROM checkpoint_writes
@@ -197,7 +199,7 @@ FROM taken AS t
 # between. A thread not deleted (busy, changed) still has its judged head: it passes.
 SELECT_NOTHING_LEFT_SQL = """
 SELECT 1 / (
-    EXISTS (
+    EXISTS ( -- check: nothing-left (or the judged head is still there: not deleted)
         SELECT 1 FROM checkpoints
         WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
             AND checkpoint_id = %(checkpoint_id)s

@@ -222,6 +222,8 @@ DELETE FROM checkpoints WHERE thread_id = :thread_id RETURNING checkpoint_id
 """
 
 SELECT_THREAD_LEFT_SQL = """
-SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = :thread_id)
+SELECT EXISTS ( -- check: nothing-left
+        SELECT 1 FROM checkpoints WHERE thread_id = :thread_id
+    )
     OR EXISTS (SELECT 1 FROM writes WHERE thread_id = :thread_id) AS found
 """

@@ -17,23 +17,17 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from retaining_saver._rules._idle import HeadFacts, ThreadHead
+from retaining_saver._rules._thread_checks import Held as Held
+from retaining_saver._rules._thread_checks import JudgedThread, ThreadFacts, ThreadRecheck
 from retaining_saver.backends._base import Backend, Op, T
 from retaining_saver.backends._sql import Statement
 
 
 class ThreadChanged(Exception):
     """The thread got a row while it was being deleted: the transaction rolls back."""
-
-
-class Held(StrEnum):
-    """Why a thread's transaction did nothing."""
-
-    BUSY = "busy"
-    CHANGED = "changed"
 
 
 Judged = tuple[str, str, int]
@@ -157,7 +151,9 @@ class SqlSweep(SweepStore):
         """Raise `ThreadChanged` if a row of the thread is there (committed meanwhile)."""
         key = {"thread_id": str(thread_id)}
         left = yield Statement(self.texts.select_left, key, fetch=True)
-        if left[0]["found"]:
+        facts = ThreadFacts(locked=True, rows_left=bool(left[0]["found"]))
+        recheck = ThreadRecheck(JudgedThread(thread_id, "", 0))  # its deletes judged already
+        if not recheck.left_nothing(facts):  # check: nothing-left
             raise ThreadChanged(thread_id)
 
 
@@ -188,9 +184,16 @@ def locked_act(
 
     Run as one write transaction: nothing of the thread is changed unless all of it holds.
     """
-    if not (yield from store.lock_thread(thread_id)):
-        return Held.BUSY
-    head: Any = yield from store.backend.head_node(thread_id, "")
-    if head is None or head.checkpoint_id != judged_id or head.write_count != judged_writes:
-        return Held.CHANGED
+    recheck = ThreadRecheck(JudgedThread(thread_id, judged_id, judged_writes))
+    locked = yield from store.lock_thread(thread_id)  # check: locked
+    head: Any = (yield from store.backend.head_node(thread_id, "")) if locked else None
+    facts = ThreadFacts(
+        locked=locked,
+        head_id=None if head is None else head.checkpoint_id,
+        head_writes=0 if head is None else head.write_count,
+    )
+    # check: head-as-judged
+    # check: writes-as-judged
+    if (held := recheck.held(facts)) is not None:
+        return held
     return (yield from act())

@@ -13,11 +13,20 @@ import pytest
 import retaining_saver._rules as rules
 from retaining_saver._rules import PRECONDITIONS, DeletionKind
 from retaining_saver._rules import _checks as checks
+from retaining_saver._rules._thread_checks import (
+    THREAD_CHECKS,
+    Held,
+    JudgedThread,
+    ThreadFacts,
+    ThreadRecheck,
+    thread_check_failed,
+)
 from retaining_saver.backends import (
     _memory_resumes,
     _sqlite_sql,
     _sqlite_sql_plan,
     _sqlite_sql_resumes,
+    _sweep,
     memory,
 )
 
@@ -27,11 +36,12 @@ try:  # the Postgres statements need psycopg, an extra
         _postgres_sql_admission,
         _postgres_sql_plan,
         _postgres_sql_resumes,
+        _postgres_sql_sweep,
         _postgres_sql_take,
     )
 except ImportError:  # pragma: no cover
     _postgres_sql = _postgres_sql_admission = _postgres_sql_plan = _postgres_sql_take = None  # type: ignore[assignment]
-    _postgres_sql_resumes = None  # type: ignore[assignment]
+    _postgres_sql_resumes = _postgres_sql_sweep = None  # type: ignore[assignment]
 
 MARKER = re.compile(r"(?:--|#)\s*check:\s*([a-z-]+)")
 """A guard clause's comment naming the check it enforces (`-- check:` in SQL, `#` in Python)."""
@@ -74,8 +84,21 @@ GUARDS: dict[str, tuple[DeletionKind, Callable[[], str]]] = {
         _source(_memory_resumes.MemoryResumes.restore_writes),
     ),
 }
+GUARDS |= {
+    "sweep locked_act and SqlSweep._nothing_left": (
+        DeletionKind.THREAD,
+        lambda: (
+            inspect.getsource(_sweep.locked_act) + inspect.getsource(_sweep.SqlSweep._nothing_left)
+        ),
+    ),
+    "sqlite sweep: locked_act and SELECT_THREAD_LEFT_SQL": (
+        DeletionKind.THREAD,
+        lambda: inspect.getsource(_sweep.locked_act) + _sqlite_sql_plan.SELECT_THREAD_LEFT_SQL,
+    ),
+}
 """Each statement that guards a deletion itself, and the kind whose checks it enforces. The
-other kinds are judged by the rules on rows read in the transaction (`_recheck`)."""
+other kinds are judged by the rules on rows read in the transaction (`_recheck`); a whole
+thread's deletion is guarded by a few statements together, each part naming its checks."""
 if _postgres_sql_take is not None:
     GUARDS |= {
         "postgres RECLAIM_LEAF_SQL": (
@@ -109,6 +132,20 @@ if _postgres_sql_take is not None:
         "postgres RESTORE_RECORDED_WRITES_SQL": (
             DeletionKind.WRITES,
             _text(_postgres_sql_resumes, "RESTORE_RECORDED_WRITES_SQL"),
+        ),
+        "postgres sweep: DELETE_THREAD_IF_UNCHANGED_SQL, SELECT_THREAD_LEFT_SQL": (
+            DeletionKind.THREAD,
+            lambda: (
+                _postgres_sql_sweep.DELETE_THREAD_IF_UNCHANGED_SQL
+                + _postgres_sql_sweep.SELECT_THREAD_LEFT_SQL
+            ),
+        ),
+        "postgres sweep batch: DELETE_THREAD_IF_UNCHANGED_SQL, SELECT_NOTHING_LEFT_SQL": (
+            DeletionKind.THREAD,
+            lambda: (
+                _postgres_sql_sweep.DELETE_THREAD_IF_UNCHANGED_SQL
+                + _postgres_sql_sweep.SELECT_NOTHING_LEFT_SQL
+            ),
         ),
     }
 
@@ -164,3 +201,31 @@ def test_every_kind_has_checks_and_each_name_one_meaning() -> None:
 def test_the_docstring_renders_the_table() -> None:
     assert checks.preconditions_table() in (checks.__doc__ or "")
     assert "PRECONDITIONS" in (rules.__doc__ or "")
+
+
+def test_each_thread_check_stops_a_sweeps_deletion_alone() -> None:
+    """The sweep's verdict on a thread judged expired runs the table's thread checks: each
+    fails on the one fact that breaks it, and all hold on the thread as judged."""
+    judged = JudgedThread("t", "head", 1)
+    as_judged = ThreadFacts(locked=True, head_id="head", head_writes=1)
+    broken = {
+        "locked": ThreadFacts(locked=False, head_id="head", head_writes=1),
+        "head-as-judged": ThreadFacts(locked=True, head_id="a-newer-run", head_writes=1),
+        "writes-as-judged": ThreadFacts(locked=True, head_id="head", head_writes=2),
+        "nothing-left": ThreadFacts(locked=True, head_id="head", head_writes=1, rows_left=True),
+    }
+    assert list(broken) == [c.name for c in PRECONDITIONS[DeletionKind.THREAD]]
+    for name, facts in broken.items():
+        failed = thread_check_failed(judged, facts, THREAD_CHECKS)
+        assert failed is not None and failed.name == name
+    assert thread_check_failed(judged, as_judged, THREAD_CHECKS) is None
+    recheck = ThreadRecheck(judged)
+    held = {name: recheck.held(facts) for name, facts in broken.items()}
+    assert held == {
+        "locked": Held.BUSY,
+        "head-as-judged": Held.CHANGED,
+        "writes-as-judged": Held.CHANGED,
+        "nothing-left": None,  # read after the deletes, which it rolls back
+    }
+    assert recheck.held(as_judged) is None and recheck.left_nothing(as_judged)
+    assert not recheck.left_nothing(broken["nothing-left"])
