@@ -127,16 +127,11 @@ def _lineage_node(fields: list[Any]) -> CheckpointNode:
     )
 
 
-def _blob_keys(candidates: Sequence[BlobKey]) -> str:
-    """`candidates` as the JSON array the blob statements read as a recordset."""
-    return json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-
-
 def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
     """The candidates among the blob rows `sql` answers for them (deleted or found)."""
     if not candidates:
         return []
-    keys = _blob_keys(candidates)
+    keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
     rows = yield Statement(sql, (keys, str(thread_id)), True)
     answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
     return [key for key in candidates if _blob_key(key) in answered]
