@@ -16,9 +16,17 @@ from __future__ import annotations
 # protected; `taken` deletes it only if its row still has the marker, its parent `p`
 # holds the same versions and is the next newest, and it owns no writes and has no
 # child. The conditions on `c` are re-checked on the row as it is when the DELETE
-# locks it. `leaf` is a scalar subquery, so that every plan finds the head first and
-# `c` by its primary key: a head without the marker ends there, and that read costs
-# one index probe more than the saver's own.
+# locks it. `leaf` is a scalar subquery, so that every plan finds the head first, and
+# the DELETE is gated on it (`EXISTS`, a one-time filter): a head without the
+# marker ends there, and that read costs one index probe more than the saver's own.
+# The gate keeps it so in every plan: without statistics (a new table, before
+# autovacuum's first ANALYZE) the prepared statement's generic plan estimates one row
+# per thread whatever the index, and may look `c` up in the parent index, filtering
+# every checkpoint of the thread; gated, no scan of the DELETE runs at all.
+#
+# `ADMIT_AND_READ_SQL` stays within psycopg's 4096 characters
+# (`MAX_CACHED_STATEMENT_LENGTH`): a longer query is parsed for its placeholders on
+# every execution, in Python, which costs about a tenth of the whole read.
 #
 # The head's row is read as `SELECT_SQL` reads it, with one change: each channel's blob
 # is looked up by its key (`cross join lateral ... limit 1`, which the planner cannot
@@ -48,6 +56,7 @@ WITH leaf AS (
     USING checkpoints AS p
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
         AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf) -- check: newest-parent-next
+        AND EXISTS (SELECT 1 FROM leaf)
         AND p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
         AND p.checkpoint_id = c.parent_checkpoint_id -- check: parent-present
         AND c.metadata ->> 'source' = %(marker_source)s -- check: marked
@@ -142,6 +151,7 @@ WITH leaf AS (
     USING checkpoints AS p
     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
         AND c.checkpoint_id = (SELECT checkpoint_id FROM leaf) -- check: newest-parent-next
+        AND EXISTS (SELECT 1 FROM leaf)
         AND p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
         AND p.checkpoint_id = c.parent_checkpoint_id -- check: parent-present
         AND c.metadata ->> 'source' = %(marker_source)s -- check: marked
