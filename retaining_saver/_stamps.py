@@ -47,6 +47,8 @@ class OwnStamps:
         max_bytes: int = MAX_STAMPS_BYTES,
     ) -> None:
         self._policy = policy
+        # The marker as data, which a put's own metadata can rule out; None: an app's rule.
+        self._marker = _rules.marker_shape(policy)
         self._stamps: BoundedLru[str, CheckpointNode] = BoundedLru(
             size,
             size_of=lambda node: _size_of(node.metadata),
@@ -85,6 +87,8 @@ class OwnStamps:
     def _stamp_of(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any
     ) -> CheckpointNode | None:
+        if not self._may_be_stamp(metadata):
+            return None
         # As the savers store it: the config's keys merged in, without `writes`.
         stored = get_serializable_checkpoint_metadata(config, metadata)
         if not _rules.may_have_marker(stored, self._policy):
@@ -99,6 +103,18 @@ class OwnStamps:
             metadata=stored,
             ts=checkpoint["ts"],
             format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
+        )
+
+    def _may_be_stamp(self, metadata: Any) -> bool:
+        """False when the put's own `source` is not the marker's: the config's keys never
+        replace a key the metadata has, so the stored metadata cannot have the marker
+        either. Every put of a run is dismissed here, before the stored metadata is built."""
+        if self._marker is None or "source" not in metadata:
+            return True
+        source = metadata["source"]
+        # The savers store text without its NULs (`get_checkpoint_metadata`).
+        return (source.replace("\x00", "") if isinstance(source, str) else source) == (
+            self._marker.source
         )
 
     def peek(self, thread_id: str) -> CheckpointNode | None:
