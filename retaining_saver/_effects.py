@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from retaining_saver._calls import Call as Call
 from retaining_saver._history_cache import HistoryCache
 from retaining_saver._locks import ThreadLocks
 from retaining_saver._transact import arun as arun
@@ -135,8 +136,9 @@ class FellBack:
 
 @dataclass(slots=True)
 class Locked:
-    """Run `flow` under the thread's lock, held by every deletion and every write and never
-    across user code; answers what `flow` returns (or raises what it raises).
+    """Run `flow` under the thread's lock, held by every deletion and every write (alone, or
+    shared: `shared_if`) and never across user code; answers what `flow` returns (or
+    raises what it raises).
 
     Asynchronously, work the flow left for later (`Later`) runs after the answer, in
     a task the lock is handed over to: it is released when that work is done.
@@ -144,12 +146,19 @@ class Locked:
 
     thread_id: str
     flow: Flow[Any]
+    # The lock taken shared first (`ThreadLocks.share`): where this then holds (a write
+    # that deletes nothing), `flow` runs so, beside such writes; else it is taken alone.
+    shared_if: Callable[[], bool] | None = None
 
     def perform(self, performer: Performer) -> Any:
-        with performer.locks.hold(self.thread_id):
+        with performer.locks.hold_or_share(self.thread_id, self.shared_if):
             return drive(self.flow, performer)
 
     async def aperform(self, performer: Performer) -> Any:
+        if self.shared_if is not None:
+            async with performer.locks.ashare(self.thread_id):
+                if self.shared_if():
+                    return await adrive(self.flow, performer)
         return await _hold_then_hand_over(self.thread_id, self.flow, performer)
 
 
@@ -300,22 +309,6 @@ class ReadHead:
             except Exception as error:
                 performer.fell_back(self.what, error)
         return await performer.inner.aget_tuple(self.config)
-
-
-@dataclass(slots=True)
-class Call:
-    """A method with a sync and an async twin (the saver's own `delete_thread`, say):
-    `sync(*args)`, or `await asynchronous(*args)`, as the driver runs; answers its result."""
-
-    sync: Callable[..., Any]
-    asynchronous: Callable[..., Awaitable[Any]]
-    args: tuple[Any, ...] = ()
-
-    def perform(self, performer: Performer) -> Any:
-        return self.sync(*self.args)
-
-    async def aperform(self, performer: Performer) -> Any:
-        return await self.asynchronous(*self.args)
 
 
 Effect = (

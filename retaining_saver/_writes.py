@@ -1,8 +1,11 @@
 """The writes of `RetainingSaver`: each one under its thread's lock, landing where the
 thread without reclaimed checkpoints would have it.
 
-Every deletion holds the thread's lock, so no `put` or `put_writes` of this
-process lands on a checkpoint while it is being reclaimed. A write pinned to an
+Every deletion holds the thread's lock alone, so no `put` or `put_writes` of this
+process lands on a checkpoint while it is being reclaimed. A write that deletes and
+records nothing first (every write of a run but the first after a stamp or on a
+resumed checkpoint) shares the lock with other such writes, which run beside each
+other as on the bare saver (LangGraph overlaps a run's writes). A write pinned to an
 id this process reclaimed lands on the clone that survives it. A write that
 would keep a stamp (an `update_state` on or beside it, a second stamp, writes
 on it) reclaims the stamp first, as an admission would. What a write reclaimed
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -23,7 +27,7 @@ from retaining_saver._accounting import Accounts
 from retaining_saver._admission import Admitted
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Call, Flow, Locked, Mode, Performer, Run, adrive, drive
-from retaining_saver._locks import ThreadLocks
+from retaining_saver._locks import SHARING, ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
 from retaining_saver._resumes import ResumeNotes
@@ -107,7 +111,8 @@ class WritesMixin(DelegatingSaver):
             put = (config, checkpoint, metadata, new_versions)
             return cast(RunnableConfig, (yield Call(super().put, super().aput, put)))
         landed = self._put_landed(thread_id, config, checkpoint, metadata, new_versions)
-        stored = yield Locked(thread_id, landed)
+        alone = partial(self._put_lands_as_is, thread_id, config, metadata)
+        stored = yield Locked(thread_id, landed, alone)
         self._account_taken()
         return cast(RunnableConfig, stored)
 
@@ -139,7 +144,8 @@ class WritesMixin(DelegatingSaver):
             put = (config, writes, task_id, task_path)
             yield Call(super().put_writes, super().aput_writes, put)
             return
-        yield Locked(thread_id, self._writes_landed(thread_id, config, writes, task_id, task_path))
+        landed = self._writes_landed(thread_id, config, writes, task_id, task_path)
+        yield Locked(thread_id, landed, partial(self._writes_land_as_is, thread_id, config))
         self._account_taken()
 
     def _writes_landed(
@@ -152,6 +158,23 @@ class WritesMixin(DelegatingSaver):
     ) -> Flow[None]:
         config = yield from self._writes_landing(thread_id, config)
         yield Call(super().put_writes, super().aput_writes, (config, writes, task_id, task_path))
+
+    def _put_lands_as_is(
+        self, thread_id: str, config: RunnableConfig, metadata: CheckpointMetadata
+    ) -> bool:
+        """Whether a put at `config` keeps no stamp (every put of a run but the first after
+        a stamp): it deletes nothing, so it runs sharing the thread's lock (`Locked`)."""
+        survivor = self._onto_survivor(config)
+        return not self._keeps_stamp(thread_id, survivor, checkpoint=True, metadata=metadata)
+
+    def _writes_land_as_is(self, thread_id: str, config: RunnableConfig) -> bool:
+        """Whether writes at `config` keep no stamp and start no resume (a run's writes on
+        the checkpoints it makes): they delete and record nothing first, so they run
+        sharing the thread's lock (`Locked`)."""
+        survivor = self._onto_survivor(config)
+        return not self._keeps_stamp(thread_id, survivor, checkpoint=False) and (
+            self._resumes.first_write(survivor) is None
+        )
 
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
@@ -187,7 +210,24 @@ class WritesMixin(DelegatingSaver):
         metadata: Mapping[str, Any] | None = None,
     ) -> Flow[RunnableConfig]:
         """Where a write under the thread's lock lands: `config`, moved off a reclaimed id,
-        and off the stamp the write would keep, which is reclaimed first.
+        and off the stamp the write would keep (`_keeps_stamp`), which is reclaimed first."""
+        config = self._onto_survivor(config)
+        # Shared, the write found no stamp a moment ago; one a read taught since is kept
+        # (the write makes it live), never deleted beside other writes.
+        keeps = self._keeps_stamp(thread_id, config, checkpoint=checkpoint, metadata=metadata)
+        if keeps and not SHARING.get():
+            return (yield from self._reclaim_then_land(thread_id, config))
+        return config  # writes elsewhere leave the stamp the head
+
+    def _keeps_stamp(
+        self,
+        thread_id: str,
+        config: RunnableConfig,
+        *,
+        checkpoint: bool,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Whether a write at `config` (moved off any reclaimed id) would keep the stamp.
 
         A new root checkpoint (`checkpoint`: an `update_state`, a second stamp) would
         bury the stamp at the head, on it or beside it; writes on the stamp would make
@@ -197,18 +237,15 @@ class WritesMixin(DelegatingSaver):
         `update_state`, rare next to a run's puts) looks the head up whatever it knows,
         so a stamp another process wrote goes too.
         """
-        config = self._onto_survivor(config)
         configurable = config["configurable"]
         if self._stamps is None or configurable.get("checkpoint_ns", ""):
-            return config
+            return False
         target = configurable.get("checkpoint_id")
         stamp = self._stamps.peek(thread_id)
         on_stamp = stamp is not None and stamp.checkpoint_id == target
         read_as_stamp = self._stamps_read.get((thread_id, "", str(target))) is not None
         update = metadata is not None and metadata.get("source") == "update"
-        if on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update)):
-            return (yield from self._reclaim_then_land(thread_id, config))
-        return config  # writes elsewhere leave the stamp the head
+        return on_stamp or read_as_stamp or (checkpoint and (stamp is not None or update))
 
     def _writes_landing(self, thread_id: str, config: RunnableConfig) -> Flow[RunnableConfig]:
         """Where writes land (`_landing`), and, at a run's first write on a checkpoint it
@@ -216,6 +253,9 @@ class WritesMixin(DelegatingSaver):
         they are before it (see `_resumes`)."""
         config = yield from self._landing(thread_id, config, checkpoint=False)
         if (resume := self._resumes.first_write(config)) is None or self._backend is None:
+            return config
+        if SHARING.get():  # a read taught it since: another write may be landing there
+            self._resumes.noted(thread_id, resume)  # unrecorded, as one the ledger never saw
             return config
         try:
             # One statement that re-checks what it records on: no transaction around it.
