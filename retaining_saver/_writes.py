@@ -111,8 +111,8 @@ class WritesMixin(DelegatingSaver):
             put = (config, checkpoint, metadata, new_versions)
             return cast(RunnableConfig, (yield Call(super().put, super().aput, put)))
         landed = self._put_landed(thread_id, config, checkpoint, metadata, new_versions)
-        alone = partial(self._put_lands_as_is, thread_id, config, metadata)
-        stored = yield Locked(thread_id, landed, alone)
+        as_is = partial(self._put_lands_as_is, thread_id, config, metadata)
+        stored = yield Locked(thread_id, landed, as_is)
         self._account_taken()
         return cast(RunnableConfig, stored)
 

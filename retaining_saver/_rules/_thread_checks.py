@@ -106,11 +106,3 @@ class ThreadRecheck:
     def left_nothing(self, facts: ThreadFacts) -> bool:
         """Whether the deletes, done, left no row of the thread (else they roll back)."""
         return NOTHING_LEFT.predicate(self.judged, facts)
-
-
-def thread_check_failed(
-    judged: JudgedThread, facts: ThreadFacts, checks: tuple[Check[JudgedThread, ThreadFacts], ...]
-) -> Check[JudgedThread, ThreadFacts] | None:
-    """The first of `checks` (of `THREAD_CHECKS`) that fails for `judged` on `facts`; None
-    if all hold."""
-    return first_failed(checks, judged, facts)

@@ -18,7 +18,7 @@ in, runs them on its drivers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from retaining_saver._rules import BlobKey, CheckpointNode, Lineage
@@ -33,12 +33,24 @@ from retaining_saver.backends._postgres_sql_plan import (
     STORED_BLOBS_SQL,
     UPSERT_BLOB_SQL,
 )
-from retaining_saver.backends._sql import SqlBackend, Statement
-from retaining_saver.backends._upstream import delta_snapshot, stores_delta_snapshots
+from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._upstream import delta_snapshot
 
 _CHANGE_COLUMNS = ("ns", "id", "old_parent", "new_parent")
 _ROW_COLUMNS = ("ns", "id", "parent", "consumed")
 _BLOB_COLUMNS = ("checkpoint_ns", "channel", "version")
+LINEAGE_FIELDS = (
+    "checkpoint_ns",
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "channel_versions",
+    "versions_seen",
+    "ts",
+    "format_version",
+    "metadata",
+    "write_count",
+)
+"""The fields of each node `SELECT_LINEAGE_SQL` reads, in its order."""
 
 
 def _blob_key(key: BlobKey) -> BlobKey:
@@ -50,13 +62,12 @@ def _blob_key(key: BlobKey) -> BlobKey:
 class PostgresPlans(SqlBackend):
     """A plan's steps, and the blob sweep, over a `PostgresSaver` or an `AsyncPostgresSaver`."""
 
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        """The thread's nodes, read as one JSON document (`SELECT_LINEAGE_SQL`)."""
-        params = {"thread_id": str(thread_id)}
-        rows = yield Statement(self.sql.select_lineage, params, fetch=True)
-        nodes = (_lineage_node(fields) for fields in rows[0]["nodes"])
-        lineage = Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
-        return (yield from self._with_stored(lineage))
+    def _lineage_nodes(self, rows: list[Row]) -> Iterable[CheckpointNode]:
+        """The nodes of `SELECT_LINEAGE_SQL`'s one row: a JSON array of each node's fields,
+        in `LINEAGE_FIELDS`' order, read as `_node` reads a row."""
+        return (
+            self._node(dict(zip(LINEAGE_FIELDS, f, strict=True)), f[-1]) for f in rows[0]["nodes"]
+        )
 
     def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
         """For a thread with DeltaChannels, which of them each checkpoint stores."""
@@ -108,23 +119,6 @@ class PostgresPlans(SqlBackend):
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
         return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
-
-
-def _lineage_node(fields: list[Any]) -> CheckpointNode:
-    """The node of one element of `SELECT_LINEAGE_SQL`'s array, whose fields are, in order,
-    those of `PostgresBackend._node`'s row, then the write count."""
-    ns, checkpoint_id, parent_id, versions, seen, ts, version, metadata, writes = fields
-    return CheckpointNode(
-        checkpoint_ns=ns,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent_id,
-        channel_versions=versions or {},
-        versions_seen=seen or {},
-        write_count=writes,
-        metadata=metadata or {},
-        ts=ts or "",
-        format_version=CheckpointNode.format_version_of(version),
-    )
 
 
 def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:

@@ -18,7 +18,7 @@ A statement that differs from another by a clause is written out again, whole, s
 from __future__ import annotations
 
 # A thread's nodes, as one row: a JSON array of each checkpoint's fields (those of
-# `SELECT_NODES_SQL`, in its order; `_postgres_plan._lineage_node` reads them). One
+# `SELECT_NODES_SQL`, in its order: `_postgres_plan.LINEAGE_FIELDS`). One
 # document, which psycopg decodes in one `json.loads` (JSONB columns would be three a
 # row), and the write counts in one pass over the thread's writes (a count per
 # checkpoint would probe them once a row).

@@ -15,7 +15,7 @@ each backend module: how a transaction runs differs far more than what runs in i
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,10 +132,15 @@ class SqlBackend(HeadReader):
     # Primitives
 
     def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        rows = yield Statement(self.sql.select_lineage, (str(thread_id),), fetch=True)
-        nodes = (self._node(r, r["write_count"]) for r in rows)
+        params = {"thread_id": str(thread_id)}
+        rows = yield Statement(self.sql.select_lineage, params, fetch=True)
+        nodes = self._lineage_nodes(rows)
         lineage = Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
         return (yield from self._with_stored(lineage))
+
+    def _lineage_nodes(self, rows: list[Row]) -> Iterable[CheckpointNode]:
+        """The nodes of the rows `select_lineage` read: by default a row each."""
+        return (self._node(r, r["write_count"]) for r in rows)
 
     def _with_stored(self, lineage: Lineage) -> Op[Lineage]:
         """`lineage`, each node knowing which channels it stores, where `_node` could not

@@ -88,7 +88,7 @@ SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.check
             AND w.checkpoint_id = c.checkpoint_id
     ) AS write_count
 FROM checkpoints AS c
-WHERE c.thread_id = ?"""
+WHERE c.thread_id = :thread_id"""
 
 # The ids come as one JSON array, so the statement text never depends on their number.
 SELECT_NODES_SQL = """

@@ -13,13 +13,13 @@ import pytest
 import retaining_saver._rules as rules
 from retaining_saver._rules import PRECONDITIONS, DeletionKind
 from retaining_saver._rules import _checks as checks
+from retaining_saver._rules._check import first_failed
 from retaining_saver._rules._thread_checks import (
     THREAD_CHECKS,
     Held,
     JudgedThread,
     ThreadFacts,
     ThreadRecheck,
-    thread_check_failed,
 )
 from retaining_saver.backends import (
     _memory_resumes,
@@ -216,9 +216,9 @@ def test_each_thread_check_stops_a_sweeps_deletion_alone() -> None:
     }
     assert list(broken) == [c.name for c in PRECONDITIONS[DeletionKind.THREAD]]
     for name, facts in broken.items():
-        failed = thread_check_failed(judged, facts, THREAD_CHECKS)
+        failed = first_failed(THREAD_CHECKS, judged, facts)
         assert failed is not None and failed.name == name
-    assert thread_check_failed(judged, as_judged, THREAD_CHECKS) is None
+    assert first_failed(THREAD_CHECKS, judged, as_judged) is None
     recheck = ThreadRecheck(judged)
     held = {name: recheck.held(facts) for name, facts in broken.items()}
     assert held == {
