@@ -11,6 +11,10 @@ transaction. What differs from `enforce_thread_retention`:
   when the policy leaves it None, so that no run waits for a large cleanup
   (a legacy thread converges over successive runs);
 - the ids the run addresses (`checkpoint_id`, `checkpoint_map`) are protected;
+- it reads a window of the thread, not the whole: its newest `admission_window`
+  root checkpoints and everything above them (`Protection.WINDOW_EDGE`), wider only
+  when that holds nothing to delete, so that a legacy thread's admissions read and
+  plan a bounded lineage while it converges;
 - it is amortised: skipped, without a read, while the thread cannot hold more
   than `N + slack_runs(N)` runs (`N // 2`; none for N of 0 or 1). After a pass
   that left the head line `k` runs, the next `N + slack - k` admissions of this
@@ -86,6 +90,19 @@ from retaining_saver.backends._base import Backend
 RETENTION_MAX_DELETE = 64
 """Deletions one admission's history pass may make when the `retention` policy's
 `max_delete_per_run` is None: about a dozen runs of a small graph."""
+
+LINEAGE_WINDOW = 256
+"""The fewest newest root checkpoints an admission's pass reads (`admission_window`): a
+thread held at its horizon fits whole; a longer one is read as a window."""
+
+
+def admission_window(policy: RetentionPolicy) -> int:
+    """How many of a thread's newest root checkpoints an admission's pass reads first:
+    `LINEAGE_WINDOW`, or four times the cap if that is more, so that the window holds
+    the cap's deletions beside the kept runs (`engine.planned_pass` widens it when it
+    holds nothing to delete)."""
+    return max(LINEAGE_WINDOW, 4 * (policy.max_delete_per_run or RETENTION_MAX_DELETE))
+
 
 HISTORY_FAILED = "history-failed"
 
@@ -247,7 +264,8 @@ class BoundingMixin:
         thread_id, now = result.thread_id, _utc_now()
         planner = plan_retention if spare is None else sparing(spare)
         try:
-            flow = planned_pass(thread_id, backend, policy, now, planner)
+            window = admission_window(policy)
+            flow = planned_pass(thread_id, backend, policy, now, planner, window)
             lineage, plan, applied = yield from flow
         except Exception as error:
             self._rooms.forget(thread_id)

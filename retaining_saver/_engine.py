@@ -166,20 +166,43 @@ def _would_be_after(
     return before.without(gone, gone_channels)
 
 
+WINDOW_GROWTH = 4
+"""How much larger the next window a pass reads is, when its window held fewer
+deletions than the cap (`planned_pass`)."""
+
+
 def planned_pass(
     thread_id: str,
     backend: Backend,
     policy: RetentionPolicy,
     now: datetime,
     planner: Planner = _rules.plan_retention,
+    window: int | None = None,
 ) -> Flow[tuple[Lineage, Plan, Applied]]:
     """`retention_pass` without its statistics or report, for `prune` and admission's
-    history work: the lineage it read, its plan, and what carrying it out did."""
-    lineage: Lineage = yield Run(backend.load_lineage(thread_id), Mode.READ)
+    history work: the lineage it read, its plan, and what carrying it out did.
+
+    With `window`, the pass reads only the thread's newest `window` root checkpoints
+    and what is above them (`Backend.load_lineage`), and plans on that
+    (`Protection.WINDOW_EDGE`); if that plan deletes fewer than the policy's cap while
+    the thread reaches below, a window `WINDOW_GROWTH` times larger, up to the whole
+    thread. A pass that read a window is one of several (see `_rooms.room_left`)."""
+    lineage: Lineage = yield Run(backend.load_lineage(thread_id, window), Mode.READ)
     plan = planner(lineage, policy, now)
+    while window is not None and _falls_short(lineage, plan, policy):
+        window *= WINDOW_GROWTH
+        lineage = yield Run(backend.load_lineage(thread_id, window), Mode.READ)
+        plan = planner(lineage, policy, now)
     if plan.empty:
         return lineage, plan, Applied()
     return lineage, plan, (yield from _carry_out(thread_id, backend, policy, plan))
+
+
+def _falls_short(lineage: Lineage, plan: Plan, policy: RetentionPolicy) -> bool:
+    """Whether a pass reads a wider window: its window reaches below, and its plan
+    deletes fewer than the cap (None: no cap), so a wider one may hold more."""
+    cap = policy.max_delete_per_run
+    return lineage.window_start is not None and (cap is None or len(plan.deletions) < cap)
 
 
 def keeps_delta_walks(plan: Plan, policy: RetentionPolicy) -> bool:

@@ -134,13 +134,13 @@ def room_left(
 ) -> int:
     """How many admissions that add a run may skip the pass after this one, the slack
     included (see `Rooms`); `UNSETTLED` if the pass left work for later (deferred or
-    dropped deletions); `UNTIL_AGED` if it kept young runs beyond the horizon and one of
-    its checkpoints grows old at `due_at` (`next_age_crossing`), which then makes the
-    next pass due. `run_kept`: the pass kept the ids its run addresses, which the next
-    run's pass no longer keeps."""
+    dropped deletions, or it read a window of the thread); `UNTIL_AGED` if it kept
+    young runs beyond the horizon and one of its checkpoints grows old at `due_at`
+    (`next_age_crossing`), which then makes the next pass due. `run_kept`: the pass
+    kept the ids its run addresses, which the next run's pass no longer keeps."""
     horizon = policy.history_keep_runs
-    if plan.deferred or applied.dropped:
-        return UNSETTLED
+    if plan.deferred or applied.dropped or lineage.window_start is not None:
+        return UNSETTLED  # a pass in a window did what it could see: more may lie below
     if horizon is None:
         return 0
     gone = {(d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted}

@@ -48,9 +48,17 @@ def _conclude(state: Tool) -> Tool:
     return {"answer": state["answer"] + "!"}
 
 
-def chat(checkpointer: BaseCheckpointSaver[Any] | None, flavor: Flavor) -> Any:
-    """`START -> reply -> tools (a subgraph call) -> count -> [review] -> END`."""
-    tool = line_graph(Tool, [("think", _think), ("conclude", _conclude)], None)
+def _think_and_conclude(state: Tool) -> Tool:
+    return _conclude(_think(state))
+
+
+def chat(
+    checkpointer: BaseCheckpointSaver[Any] | None, flavor: Flavor, *, subgraph: bool = True
+) -> Any:
+    """`START -> reply -> tools (a subgraph call) -> count -> [review] -> END`; without
+    `subgraph`, `tools` thinks and concludes itself (no subgraph checkpoints)."""
+    line = line_graph(Tool, [("think", _think), ("conclude", _conclude)], None)
+    tool: Any = line if subgraph else RunnableLambda(_think_and_conclude)
     said: Any = operator.add if flavor == "full" else DeltaChannel(extend_all, snapshot_frequency=3)
     typed_dict: Any = TypedDict
     schema = typed_dict(

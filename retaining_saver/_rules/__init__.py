@@ -127,6 +127,11 @@ LangGraph.js (`delta_writes_versioned`, channels unnamed) keeps all of it.
 |                        | memory; and the parent of a kept `update`/`fork` checkpoint    |
 |                        | (a duration link too), which bounds that read (not under       |
 |                        | `keep_latest`, which keeps only heads, as upstream's prune)    |
+| window-edge            | a root-namespace checkpoint whose parent lies below the window |
+|                        | of newest checkpoints an admission's pass loaded               |
+|                        | (`Lineage.window_start`), or that descends from the line       |
+|                        | there: it and what it rests on stay; a stretch above it is     |
+|                        | grafted onto it (`_window`)                                    |
 
 Under the history rules, too-young also names a checkpoint younger than
 `history_min_age`, explicit keeps its whole ancestor chain, and any kept

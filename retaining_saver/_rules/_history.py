@@ -53,7 +53,8 @@ class _History(_AncestorReads):
     task id in its name), and it stays when its root checkpoint stays. Under
     keep_latest every namespace keeps only its head instead; otherwise a
     namespace that does not name its roots is left alone. A namespace with a
-    missing row is left alone: nothing there is proven.
+    missing row is left alone: nothing there is proven. A window is judged as far
+    as it reaches (`_window`): what rests on rows below it stays (`WINDOW_EDGE`).
     """
 
     def __init__(
@@ -89,8 +90,10 @@ class _History(_AncestorReads):
         # memory: known once the root namespace is planned.
         self.fork_memory: set[NodeKey] = set()
         # keep_latest included: a kept root checkpoint (the head, an ancestor of kept
-        # pending writes) forks as before only on the memory it forked on.
-        self.replays_memory = any(
+        # pending writes) forks as before only on the memory it forked on. A window
+        # cannot tell whether such memory lies below it: it assumes so.
+        windowed = lineage.window_start is not None
+        self.replays_memory = windowed or any(
             ns != ROOT_NAMESPACE and is_persistent(ns) for ns, _ in self.lineage.nodes
         )
         # Root checkpoints a kept subgraph checkpoint names: kept as its parent. Under
@@ -295,6 +298,8 @@ class _History(_AncestorReads):
 
         for key in sorted(self.ns_scope):
             node = self.lineage.nodes[key]
+            if self.lineage.below_window(node):
+                keep(key, Protection.WINDOW_EDGE)
             if node.checkpoint_id in self.policy.protect_checkpoint_ids:
                 keep(key, Protection.EXPLICIT, to_root=True)
             if key in self.named_parents:

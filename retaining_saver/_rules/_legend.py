@@ -75,6 +75,10 @@ PROTECTIONS: Mapping[Protection, str] = MappingProxyType(
         Protection.FORK_MEMORY: (
             "a checkpointer=True subgraph's memory that a fork from a kept turn loads"
         ),
+        Protection.WINDOW_EDGE: (
+            "an admission pass read only the newest checkpoints, and this one rests on what "
+            "it did not"
+        ),
     }
 )
 

@@ -44,6 +44,7 @@ class Protection(StrEnum):
     LIVE_RUN = "live-run"
     PRE_V4_SENDS = "pre-v4-sends"
     FORK_MEMORY = "fork-memory"
+    WINDOW_EDGE = "window-edge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,9 @@ class Plan:
 
     `deletions` are ordered so that a checkpoint comes after all its children.
     `materialise`, then `grafts`, then `roots`, run before them. `freed_blobs`
-    are the blob keys that only deleted checkpoints referenced.
+    are the blob keys that only deleted checkpoints referenced. `window_start`: the
+    plan was made on a window (`Lineage.window_start`); no checkpoint below it can
+    reference a freed blob (`_window`).
     """
 
     deletions: tuple[Deletion, ...] = ()
@@ -206,6 +209,7 @@ class Plan:
     freed_blobs: tuple[BlobKey, ...] = ()
     roots: tuple[Root, ...] = ()
     materialise: tuple[Materialise, ...] = ()
+    window_start: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -214,7 +218,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class Lineage:
-    """All checkpoints of one thread, as the rules see them."""
+    """All checkpoints of one thread, or of a window of its newest (`window_start`), as
+    the rules see them."""
 
     thread_id: str
     nodes: Mapping[NodeKey, CheckpointNode]
@@ -224,11 +229,46 @@ class Lineage:
     langgraph-checkpoint, which the backend that loads the lineage supplies. Without it,
     no value is materialised and every walk a kept checkpoint reads stays."""
 
+    window_start: str | None = None
+    """Where the load took only the thread's newest checkpoints (a window), the oldest id
+    it took: every checkpoint of every namespace whose id is at or above it is here, and
+    none below. Ids are time-ordered and a child is newer than its parent, so a node here
+    has all its children here; what a node whose parent lies below (`below_window`)
+    rests on is unseen, and stays. None: the whole thread."""
+
     @classmethod
     def of(
-        cls, thread_id: str, nodes: Iterable[CheckpointNode], *, stores_whole: bool = True
+        cls,
+        thread_id: str,
+        nodes: Iterable[CheckpointNode],
+        *,
+        stores_whole: bool = True,
+        window_start: str | None = None,
     ) -> Lineage:
-        return cls(thread_id, {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes}, stores_whole)
+        keyed = {(n.checkpoint_ns, n.checkpoint_id): n for n in nodes}
+        return cls(thread_id, keyed, stores_whole, window_start)
+
+    def windowed(self, newest: int | None) -> Lineage:
+        """This lineage as a load of the window of its `newest` newest root-namespace
+        checkpoints finds it: every checkpoint at or above the oldest of those
+        (`window_start`). Itself when `newest` is None or the root namespace has no more."""
+        if newest is None:
+            return self
+        roots = sorted((cid for ns, cid in self.nodes if ns == ""), reverse=True)
+        if len(roots) <= newest:
+            return self
+        start = roots[newest - 1]
+        nodes = {k: n for k, n in self.nodes.items() if k[1] >= start}
+        return replace(self, nodes=nodes, window_start=start)
+
+    def below_window(self, node: CheckpointNode) -> bool:
+        """Whether `node`'s parent lies below the window this lineage was loaded with: a
+        row not loaded, not a missing one."""
+        return (
+            self.window_start is not None
+            and node.parent_id is not None
+            and node.parent_id < self.window_start
+        )
 
     def with_stored(self, stored: Mapping[NodeKey, frozenset[str]]) -> Lineage:
         """This lineage, each node knowing which channels are stored at it."""

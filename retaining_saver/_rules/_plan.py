@@ -32,10 +32,14 @@ from retaining_saver._rules._lineage import (
 from retaining_saver._rules._policy import RetentionPolicy
 from retaining_saver._rules._reads import moves_fork_memory
 from retaining_saver._rules._runs import parent_key, parents_named, post_order
+from retaining_saver._rules._window import beyond_the_window, unjudged
 
 
 def plan_retention(lineage: Lineage, policy: RetentionPolicy, now: datetime) -> Plan:
     """Turn one thread's lineage into a plan under `policy`. Pure and total."""
+    if unjudged(lineage):  # a window it cannot judge: nothing proven (`_window`)
+        kept = dict.fromkeys(lineage.nodes, Protection.WINDOW_EDGE)
+        return Plan(kept=kept, heads=lineage.heads())
     return _Planner(lineage, policy, now).plan()
 
 
@@ -53,15 +57,19 @@ class _Planner:
         self.broken_namespaces: set[str] = set()
         # Per namespace, the newest id a checkpoint names as parent but the load
         # did not find. Ids are time-ordered: only older checkpoints can parent it.
+        # Below a window's start rows were not loaded, not lost: the history rules
+        # keep the checkpoints that rest on them (`WINDOW_EDGE`, `_window`).
         self.newest_missing: dict[str, str] = {}
         for node in lineage.nodes.values():
-            if node.parent_id is not None and lineage.parent(node) is None:
+            unseen = lineage.below_window(node)
+            if node.parent_id is not None and lineage.parent(node) is None and not unseen:
                 ns = node.checkpoint_ns
                 self.newest_missing[ns] = max(self.newest_missing.get(ns, ""), node.parent_id)
 
     def plan(self) -> Plan:
         units = self._stamp_stacks()
-        self._protect_chains(set(_flatten(units)))
+        taken_early = set(_flatten(units))
+        self._protect_chains(taken_early)
         # A subgraph checkpoint kept as the last to name a DeltaChannel keeps the root
         # checkpoint it was written under; which root checkpoints go is known only once
         # planned: plan again with those kept until none more is needed.
@@ -82,6 +90,10 @@ class _Planner:
                 break
             namer_roots |= history.namer_roots
         self.kept, self.history_scope = history.kept, history.scope
+        beyond = beyond_the_window(self.lineage, self.history_scope, taken_early)
+        for key in beyond:  # no link graft, no branch deletion: see `_window`
+            if self.kept.get(key) in (None, Protection.ANCESTOR, Protection.DURATION_LINK):
+                self.kept[key] = Protection.WINDOW_EDGE
         links = self._links()
         # A link may also parent a superseded subtree, which must go first.
         taken = set(_flatten(units + links)) | history.removed
@@ -109,6 +121,7 @@ class _Planner:
             heads=self.lineage.heads(),
             freed_blobs=_freed_blobs(self.lineage, done),
             roots=roots,
+            window_start=self.lineage.window_start,
             materialise=tuple(
                 Materialise(key[0], key[1], channels, self._versions(key, channels))
                 for key in [(r.checkpoint_ns, r.checkpoint_id) for r in roots]

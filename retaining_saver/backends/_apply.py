@@ -66,7 +66,7 @@ class PlanStore(Protocol):
     ) -> Op[None]: ...
 
     def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
+        self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""
     ) -> Op[list[BlobKey]]: ...
 
 
@@ -117,6 +117,7 @@ def apply_plan(
                 thread_id, d.checkpoint_ns, d.checkpoint_id, d.clone_of
             )
     if backend.stores_blobs and plan.freed_blobs and applied.deleted:
-        freed = yield from backend.delete_unreferenced_blobs(thread_id, plan.freed_blobs)
+        since = plan.window_start or ""
+        freed = yield from backend.delete_unreferenced_blobs(thread_id, plan.freed_blobs, since)
         applied.freed_blobs.extend(freed)
     return applied

@@ -123,11 +123,16 @@ class Backend(ResumedWrites, ABC):
     # Primitives
 
     @abstractmethod
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+    def load_lineage(self, thread_id: str, newest: int | None = None) -> Op[Lineage]:
         """Every checkpoint of the thread: ids, parents, versions, write counts, metadata.
+        With `newest`, a window: the rows at or above the `newest`-th newest root
+        checkpoint's id (`Lineage.windowed`), bounded by `newest`, not the thread.
 
         Postgres reads these through JSONB operators; SQLite must decode each
         checkpoint payload, since its versions live inside it.
+
+        Raises:
+            ValueError: If `newest` is given and is not a positive int (`window_size`).
         """
 
     @abstractmethod
@@ -259,9 +264,10 @@ class Backend(ResumedWrites, ABC):
 
     @abstractmethod
     def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
+        self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""
     ) -> Op[list[BlobKey]]:
-        """Delete each candidate blob no surviving checkpoint references; return those."""
+        """Delete each candidate blob no surviving checkpoint at or above `since` (a window
+        plan's `Plan.window_start`: none below can) references; return those."""
 
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates that have a blob row: what a dry run reports as freed.
@@ -381,3 +387,14 @@ class Backend(ResumedWrites, ABC):
         parent = now.get(deletion.clone_of) if deletion.clone_of is not None else None
         node = now.get(deletion.checkpoint_id)
         return DeletionFacts(node, parent, has_children, newest, runner_up)
+
+
+def window_size(newest: int | None) -> int | None:
+    """`newest` as `load_lineage` binds it.
+
+    Raises:
+        ValueError: If it is not None or a positive int.
+    """
+    if newest is None or (type(newest) is int and newest > 0):
+        return newest
+    raise ValueError(f"newest must be a positive int or None, got {newest!r}")

@@ -74,7 +74,8 @@ class PostgresPlans(SqlBackend):
         channels = sorted(lineage.delta_channels())
         if not channels:
             return lineage
-        rows = yield Statement(SELECT_STORED_SQL, (channels, lineage.thread_id), True)
+        start = lineage.window_start or ""  # a window's rows only
+        rows = yield Statement(SELECT_STORED_SQL, (channels, lineage.thread_id, start), True)
         stored = {(r["checkpoint_ns"], r["checkpoint_id"]): frozenset(r["stored"]) for r in rows}
         return lineage.with_stored(stored)
 
@@ -107,25 +108,29 @@ class PostgresPlans(SqlBackend):
         return True
 
     def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
+        self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""
     ) -> Op[list[BlobKey]]:
-        """Delete the candidates no surviving checkpoint names; return the rows deleted.
+        """Delete the candidates no surviving checkpoint at or above `since` names; return
+        the rows deleted.
 
         A candidate with no blob row (its value was inlined in the checkpoint
         JSONB) is not returned.
         """
-        return (yield from _blob_rows(DELETE_BLOBS_SQL, thread_id, candidates))
+        return (yield from _blob_rows(DELETE_BLOBS_SQL, thread_id, candidates, since))
 
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
         return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
 
 
-def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
-    """The candidates among the blob rows `sql` answers for them (deleted or found)."""
+def _blob_rows(
+    sql: str, thread_id: str, candidates: Sequence[BlobKey], *more: Any
+) -> Op[list[BlobKey]]:
+    """The candidates among the blob rows `sql` answers for them (deleted or found);
+    `more`: the parameters `sql` binds after the keys and the thread."""
     if not candidates:
         return []
     keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-    rows = yield Statement(sql, (keys, str(thread_id)), True)
+    rows = yield Statement(sql, (keys, str(thread_id), *more), True)
     answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
     return [key for key in candidates if _blob_key(key) in answered]

@@ -21,15 +21,29 @@ from __future__ import annotations
 # `SELECT_NODES_SQL`, in its order: `_postgres_plan.LINEAGE_FIELDS`). One
 # document, which psycopg decodes in one `json.loads` (JSONB columns would be three a
 # row), and the write counts in one pass over the thread's writes (a count per
-# checkpoint would probe them once a row).
+# checkpoint would probe them once a row). With `newest`, a window: only the rows, of
+# every namespace, at or above the `newest`-th newest root checkpoint's id, which the
+# primary key finds newest first (`Lineage.window_start`, returned beside the nodes;
+# '' for the whole thread: `newest` None, or no more root checkpoints than `newest`).
 SELECT_LINEAGE_SQL = """
-WITH writes AS (
+WITH edge AS (
+    SELECT coalesce(CASE WHEN %(newest)s::integer IS NOT NULL THEN (
+        SELECT max(r.checkpoint_id) FROM (
+            SELECT checkpoint_id FROM checkpoints
+            WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
+            ORDER BY checkpoint_id DESC
+            OFFSET %(newest)s::integer - 1 LIMIT 2
+        ) AS r
+        HAVING count(*) = 2
+    ) END, '') AS window_start
+), writes AS (
     SELECT w.checkpoint_ns, w.checkpoint_id, count(*) AS write_count
     FROM checkpoint_writes AS w
-    WHERE w.thread_id = %(thread_id)s
+    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_id >= (SELECT window_start FROM edge)
     GROUP BY w.checkpoint_ns, w.checkpoint_id
 )
-SELECT coalesce(json_agg(json_build_array(
+SELECT (SELECT window_start FROM edge) AS window_start,
+    coalesce(json_agg(json_build_array(
     c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
     c.checkpoint -> 'channel_versions',
     c.checkpoint -> 'versions_seen',
@@ -41,7 +55,7 @@ SELECT coalesce(json_agg(json_build_array(
 FROM checkpoints AS c
 LEFT JOIN writes AS w
     ON w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id
-WHERE c.thread_id = %(thread_id)s
+WHERE c.thread_id = %(thread_id)s AND c.checkpoint_id >= (SELECT window_start FROM edge)
 """
 
 # A node's columns and its write count, read from `checkpoints AS c`. `v` is selected

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 # For a thread with DeltaChannels (`channels`): which of them each checkpoint stores,
 # inline (a snapshot's marker) or as a blob at its version, as the saver's delta walk
-# probes it. Not run for other threads: it probes the blob table per channel.
+# probes it, at or above a window's start ('' for the whole thread). Not run for
+# other threads: it probes the blob table per channel.
 SELECT_STORED_SQL = """
 SELECT c.checkpoint_ns, c.checkpoint_id,
     ARRAY(
@@ -26,7 +27,7 @@ SELECT c.checkpoint_ns, c.checkpoint_id,
             )
     ) AS stored
 FROM checkpoints AS c
-WHERE c.thread_id = %s
+WHERE c.thread_id = %s AND c.checkpoint_id >= %s
 """
 
 # A plan's re-parenting and deletions in one statement each, every row guarded by what
@@ -97,7 +98,8 @@ ON CONFLICT (thread_id, checkpoint_ns, channel, version)
 """
 
 # Each candidate blob, by primary key, that no checkpoint of its namespace still names
-# (in the deleting transaction, after the plan's deletions).
+# (in the deleting transaction, after the plan's deletions), at or above the last
+# parameter: a window plan's start ('' for the whole thread), below which none can.
 DELETE_BLOBS_SQL = """
 DELETE FROM checkpoint_blobs AS b
 USING jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
@@ -108,6 +110,7 @@ WHERE b.thread_id = %s
     AND NOT EXISTS (
         SELECT 1 FROM checkpoints AS c
         WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+            AND c.checkpoint_id >= %s
             AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
     )
 RETURNING b.checkpoint_ns, b.channel, b.version

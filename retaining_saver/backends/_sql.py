@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retaining_saver._rules import CheckpointNode, Lineage
-from retaining_saver.backends._base import Integrity, Op
+from retaining_saver.backends._base import Integrity, Op, window_size
 from retaining_saver.backends._head_reader import HeadReader
 from retaining_saver.backends._stats import StorageStats, TableStats
 from retaining_saver.backends._upstream import stores_delta_snapshots
@@ -131,11 +131,14 @@ class SqlBackend(HeadReader):
 
     # Primitives
 
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
-        params = {"thread_id": str(thread_id)}
+    def load_lineage(self, thread_id: str, newest: int | None = None) -> Op[Lineage]:
+        params = {"thread_id": str(thread_id), "newest": window_size(newest)}
         rows = yield Statement(self.sql.select_lineage, params, fetch=True)
         nodes = self._lineage_nodes(rows)
-        lineage = Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
+        start = (rows[0]["window_start"] or None) if rows else None
+        lineage = Lineage.of(
+            thread_id, nodes, stores_whole=stores_delta_snapshots(), window_start=start
+        )
         return (yield from self._with_stored(lineage))
 
     def _lineage_nodes(self, rows: list[Row]) -> Iterable[CheckpointNode]:

@@ -119,7 +119,7 @@ class SqlitePlans(SqlBackend):
         return True
 
     def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
+        self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""
     ) -> Op[list[BlobKey]]:
         """Nothing to do: channel values live inside the checkpoint rows."""
         yield from ()

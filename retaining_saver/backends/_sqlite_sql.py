@@ -77,7 +77,10 @@ SELECT clone_id FROM retaining_saver_reclaimed
 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND reclaimed_at >= ?
 """
 
-# A node's columns and its write count, read from `checkpoints AS c`.
+# A node's columns and its write count, read from `checkpoints AS c`. With `newest`, a
+# window: only the rows, of every namespace, at or above the `newest`-th newest root
+# checkpoint's id, which the primary key finds newest first (`Lineage.window_start`,
+# on every row; '' for the whole thread: `newest` NULL, or no more root checkpoints).
 SELECT_LINEAGE_SQL = """
 SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,
     c.metadata,
@@ -86,8 +89,20 @@ SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.check
         WHERE w.thread_id = c.thread_id
             AND w.checkpoint_ns = c.checkpoint_ns
             AND w.checkpoint_id = c.checkpoint_id
-    ) AS write_count
-FROM checkpoints AS c
+    ) AS write_count,
+    edge.window_start
+FROM (
+    SELECT coalesce(CASE WHEN :newest IS NOT NULL THEN (
+        SELECT max(r.checkpoint_id) FROM (
+            SELECT checkpoint_id FROM checkpoints
+            WHERE thread_id = :thread_id AND checkpoint_ns = ''
+            ORDER BY checkpoint_id DESC
+            LIMIT 2 OFFSET :newest - 1
+        ) AS r
+        HAVING count(*) = 2
+    ) END, '') AS window_start
+) AS edge
+JOIN checkpoints AS c ON c.checkpoint_id >= edge.window_start
 WHERE c.thread_id = :thread_id"""
 
 # The ids come as one JSON array, so the statement text never depends on their number.

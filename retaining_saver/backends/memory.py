@@ -21,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from retaining_saver._rules import BlobKey, CheckpointNode, LeafFacts, Lineage
 from retaining_saver._rules._recheck import ParentChange, RowKey
-from retaining_saver.backends._base import Execute, Integrity, Mode, Op, T
+from retaining_saver.backends._base import Execute, Integrity, Mode, Op, T, window_size
 from retaining_saver.backends._memory_resumes import MemoryResumes
 from retaining_saver.backends._memory_rows import Journalled, MemoryThreads, drop, journal
 from retaining_saver.backends._memory_stats import MemoryStats
@@ -112,9 +112,10 @@ class MemoryBackend(MemoryStats, MemoryResumes, MemoryThreads):
             for checkpoint_id, row in rows.items():
                 yield self._node(thread_id, ns, checkpoint_id, row)
 
-    def load_lineage(self, thread_id: str) -> Op[Lineage]:
+    def load_lineage(self, thread_id: str, newest: int | None = None) -> Op[Lineage]:
+        size = window_size(newest)
         nodes = yield lambda: list(self._iter_nodes(thread_id))
-        return Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots())
+        return Lineage.of(thread_id, nodes, stores_whole=stores_delta_snapshots()).windowed(size)
 
     def load_nodes(
         self, thread_id: str, checkpoint_ns: str, ids: Sequence[str]
@@ -314,12 +315,13 @@ class MemoryBackend(MemoryStats, MemoryResumes, MemoryThreads):
         yield statement
 
     def delete_unreferenced_blobs(
-        self, thread_id: str, candidates: Sequence[BlobKey]
+        self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""
     ) -> Op[list[BlobKey]]:
         def statement() -> list[BlobKey]:
             referenced = {
                 (n.checkpoint_ns, channel, version)
                 for n in self._iter_nodes(thread_id)
+                if n.checkpoint_id >= since
                 for channel, version in n.channel_versions.items()
             }
             freed = [

@@ -244,6 +244,25 @@ async def test_load_lineage_reads_what_was_written(store: Store) -> None:
     assert ("writes" in leaf.metadata) == (store.backend.kind != "postgres")
 
 
+@pytest.mark.parametrize("newest", [1, 2, 3, 4, 5])
+async def test_a_windowed_load_reads_the_newest_root_checkpoints_and_above(
+    store: Store, newest: int
+) -> None:
+    """`load_lineage(newest=k)` reads what `Lineage.windowed(k)` keeps of the whole load:
+    every namespace's rows at or above the k-th newest root checkpoint, with their write
+    counts, and the window's start; the whole thread when it has no more than k."""
+    chain = await write_chain(store)
+    sub = {"configurable": {"thread_id": THREAD, "checkpoint_ns": "sub"}}
+    sub_config = await store.put(sub, _next_checkpoint(chain.checkpoints[2], 9), {}, {})
+    await store.put_writes(sub_config, [("messages", ["s0"])], "t2")
+    whole = await store.run(store.backend.load_lineage(THREAD))
+    window = await store.run(store.backend.load_lineage(THREAD, newest))
+    expected = whole.windowed(newest)
+    assert window.window_start == expected.window_start
+    assert window.nodes == expected.nodes
+    assert (window.window_start is None) == (newest >= len(chain.ids))
+
+
 async def test_load_nodes_returns_only_existing(store: Store) -> None:
     chain = await write_chain(store)
     lineage = await store.run(store.backend.load_lineage(THREAD))
@@ -320,6 +339,20 @@ async def test_delete_unreferenced_blobs_keeps_shared_ones(store: Store) -> None
     assert survivor is not None
     assert survivor.checkpoint["channel_values"] == chain.checkpoints[1]["channel_values"]
     assert (await store.run(backend.integrity(THREAD))).clean
+
+
+async def test_a_window_plans_blob_sweep_reads_only_the_window(store: Store) -> None:
+    """`since` (a window plan's start): the rows below it are not read, so a blob only they
+    name goes. The rules never free such a blob (`_window`); this is the bound that keeps
+    the sweep's work within the window."""
+    chain = await write_chain(store)
+    backend = store.backend
+    await store.run(delete_all(backend, [chain.ids[3], chain.ids[2]]))
+    first = ("", "messages", chain.version(0, "messages"))  # named by checkpoint 0 alone
+    freed = await store.run(backend.delete_unreferenced_blobs(THREAD, [first], chain.ids[1]))
+    assert freed == ([first] if backend.stores_blobs else [])
+    again = await store.run(backend.delete_unreferenced_blobs(THREAD, [first]))
+    assert again == []
 
 
 async def test_stats_follow_deletions(store: Store) -> None:

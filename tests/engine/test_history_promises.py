@@ -180,13 +180,7 @@ def test_repeated_capped_plans_reach_the_uncapped_plan(s: Scenario, cap: int) ->
     """Over random lineages: each capped plan deletes at most `cap`, or one piece that
     must go in one pass (`_pieces`) when nothing fits, and only what one uncapped plan
     deletes; carried out one after another they delete all of it."""
-    policy = dataclasses.replace(
-        s.policy,
-        trailing_duration_leaves=False,
-        prune_leaf_sibling_branches=False,
-        graft_duration_links=False,
-        max_delete_per_run=None,
-    )
+    policy = history_only(s.policy)
     lineage = Lineage.of("thread", s.nodes.values())
     uncapped = {d_key(d) for d in plan_retention(lineage, policy, s.now).deletions}
     bound = max(cap, *_pieces(s.nodes, uncapped), 0)
@@ -194,6 +188,17 @@ def test_repeated_capped_plans_reach_the_uncapped_plan(s: Scenario, cap: int) ->
     assert deleted <= uncapped, f"{s!r} {cap}"
     assert not plan.deferred, "a capped pass made no progress"
     assert deleted == uncapped
+
+
+def history_only(policy: RetentionPolicy) -> RetentionPolicy:
+    """`policy` with its history rules alone, uncapped."""
+    return dataclasses.replace(
+        policy,
+        trailing_duration_leaves=False,
+        prune_leaf_sibling_branches=False,
+        graft_duration_links=False,
+        max_delete_per_run=None,
+    )
 
 
 def _pieces(nodes: Mapping[NodeKey, CheckpointNode], removed: set[NodeKey]) -> list[int]:
