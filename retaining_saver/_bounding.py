@@ -13,8 +13,8 @@ transaction. What differs from `enforce_thread_retention`:
 - the ids the run addresses (`checkpoint_id`, `checkpoint_map`) are protected;
 - it reads a window of the thread, not the whole: its newest `admission_window`
   root checkpoints and everything above them (`Protection.WINDOW_EDGE`), wider only
-  when that holds nothing to delete, so that a legacy thread's admissions read and
-  plan a bounded lineage while it converges;
+  when that holds fewer deletions than the cap, so that a legacy thread's admissions
+  read and plan a bounded lineage while it converges;
 - it is amortised: skipped, without a read, while the thread cannot hold more
   than `N + slack_runs(N)` runs (`N // 2`; none for N of 0 or 1). After a pass
   that left the head line `k` runs, the next `N + slack - k` admissions of this
@@ -100,7 +100,7 @@ def admission_window(policy: RetentionPolicy) -> int:
     """How many of a thread's newest root checkpoints an admission's pass reads first:
     `LINEAGE_WINDOW`, or four times the cap if that is more, so that the window holds
     the cap's deletions beside the kept runs (`engine.planned_pass` widens it when it
-    holds nothing to delete)."""
+    holds fewer)."""
     return max(LINEAGE_WINDOW, 4 * (policy.max_delete_per_run or RETENTION_MAX_DELETE))
 
 

@@ -52,4 +52,5 @@ def beyond_the_window(lineage: Lineage, judged: set[NodeKey], taken: set[NodeKey
     already planned) aside. Nothing for a whole thread."""
     if lineage.window_start is None:
         return set()
-    return {key for key in lineage.nodes if key[0] == ROOT_NAMESPACE and key not in judged | taken}
+    left = judged | taken
+    return {key for key in lineage.nodes if key[0] == ROOT_NAMESPACE and key not in left}

@@ -79,11 +79,11 @@ def play(saver: RetainingSaver, inner: Any, flavor: Flavor, bound: int | None) -
         twin = list(twin_graph.get_state_history(thread(TWIN)))
         _check(pairing, kept, twin, bound)
         assert integrity(saver, KEPT).clean
-    _fork_every_kept_turn(chat(inner, flavor), pairing, kept)
+    fork_every_kept_turn(chat(inner, flavor), pairing, kept)
     return pairing
 
 
-def _fork_every_kept_turn(bare: Any, pairing: Pairing, kept: list[Any]) -> None:
+def fork_every_kept_turn(bare: Any, pairing: Pairing, kept: list[Any]) -> None:
     """Continue each kept checkpoint that has work left, on the bare saver, and its twin:
     the same result (the retained thread's history feeds no step differently)."""
     for snapshot in kept:

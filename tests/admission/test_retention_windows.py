@@ -4,8 +4,8 @@ A thread written long on the bare saver (regenerates, interrupts, DeltaChannel s
 is then run through `RetainingSaver(inner, retention=...)` with a small window, beside
 its twin on the bare saver: each pass reads only the newest root checkpoints and what
 is above them (`Lineage.window_start`), and after every run what a user sees equals the
-twin, until the thread holds the horizon. With subgraph checkpoints in the window the
-pass reads wider, up to the whole thread.
+twin, until the thread holds the horizon; then every kept turn continues as the twin's.
+With subgraph checkpoints in the window the pass reads wider, up to the whole thread.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from bounding_kit import KEPT, TWIN, Pairing, chat, compare, head_run_input, invocation, script
 from bounding_kit import runs_on_head_line as runs
 from savers import KINDS, open_sync
+from test_retention_flag import fork_every_kept_turn
 
 from retaining_saver import RetainingSaver, RetentionPolicy, _bounding
 from retaining_saver._rooms import slack_runs
@@ -100,6 +101,7 @@ def test_a_long_thread_converges_through_windows_as_its_twin(
                 break
         else:
             raise AssertionError("the windowed passes never brought the thread to the horizon")
+        fork_every_kept_turn(chat(inner, flavor, subgraph=False), pairing, kept)
         windows = [lineage for lineage in loaded if lineage.window_start is not None]
     assert len(windows) >= 3
     for lineage in windows:

@@ -26,6 +26,7 @@ from test_rules_property import SETTINGS, Scenario
 from retaining_saver import Protection, RetentionPolicy, _rules
 from retaining_saver._engine import WINDOW_GROWTH
 from retaining_saver._rules import DELTA_METADATA_KEY, Lineage, NodeKey, plan_retention
+from retaining_saver.backends._base import window_size
 
 
 def keys(deletions: Iterable[_rules.Deletion]) -> set[NodeKey]:
@@ -137,7 +138,5 @@ def test_a_long_line_goes_newest_part_first_onto_the_windows_edge() -> None:
 
 @pytest.mark.parametrize("newest", [0, -1, True, 2.0, "3"])
 def test_a_window_of_no_checkpoints_is_refused(newest: object) -> None:
-    from retaining_saver.backends._base import window_size
-
     with pytest.raises(ValueError, match="newest must be a positive int"):
         window_size(newest)  # type: ignore[arg-type]
