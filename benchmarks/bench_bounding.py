@@ -35,6 +35,10 @@ column is over windows of 6 consecutive repetitions (one pass each).
 (e) a run whose one node awaits 20 ms (a model call), at a horizon of 4 runs:
     the median run whose admission ran a pass over the median of the others
     (the pass runs while the node does). No goal: context for (c).
+(f) (c) for an `add_messages` chat (`build_chat_graph`) 100 turns in: every
+    checkpoint holds the whole conversation, which a pass's lineage load reads
+    (on SQLite, inside each payload) and a run reads once. Ratio of means,
+    passes included. Goal: (c)'s.
 (d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
     store): how many `aadmit` calls bring it to the horizon, each capped at 64
     deletions, and the slowest of them over their median. Goal <= 5x.
@@ -63,7 +67,7 @@ from langgraph.graph import END, START, StateGraph
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver._rooms import slack_runs
 from retaining_saver.testing.checks import integrity
-from retaining_saver.testing.graphs import chat_graph, thread, turn
+from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread, turn
 
 HORIZON = 10
 RETENTION = RetentionPolicy(history_keep_runs=HORIZON, history_min_age=timedelta(0))
@@ -190,6 +194,7 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
         figures += both(kind, what, times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {next(iter(held.tables.values())).rows} checkpoints")
+        figures.append(await message_figure(kind, inner, reps))
         figures.append(await model_figure(kind, inner))
         figures.append(await legacy_figure(kind, saver))
     return figures
@@ -254,6 +259,34 @@ async def model_figure(kind: str, inner: BaseCheckpointSaver[Any]) -> Any:
         (passing if saver.counters.history_reclaimed > passes else others).append(elapsed)
     what = f"(e) {MODEL_SECONDS * 1000:.0f} ms node: runs with a pass / without ({len(passing)})"
     return admission.figure(kind, what, passing, others[-len(passing) :], None, "us")
+
+
+MESSAGE_TURNS = 100
+
+
+async def message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) -> Any:
+    """(f): (c)'s whole runs, for a chat of LangChain messages `MESSAGE_TURNS` turns in."""
+    saver = RetainingSaver(inner, retention=RETENTION)
+    wrapped, bare = build_chat_graph(saver), build_chat_graph(inner)
+    for i in range(MESSAGE_TURNS):
+        await wrapped.ainvoke(chat_turn(i), thread("messages-wrapped"))
+        await bare.ainvoke(chat_turn(i), thread("messages-bare"))
+    await saver.asettle_history()
+    runs = iter(range(MESSAGE_TURNS, 10**9))
+
+    async def wrapped_run() -> None:
+        await wrapped.ainvoke(chat_turn(next(runs)), thread("messages-wrapped"))
+        await saver.asettle_history()
+
+    times = await admission.side_by_side(
+        max(reps // 4, 20),
+        {
+            "wrapped": wrapped_run,
+            "bare": lambda: bare.ainvoke(chat_turn(next(runs)), thread("messages-bare")),
+        },
+    )
+    what = f"(f) a message chat {MESSAGE_TURNS} turns in: wrapped / bare"
+    return both(kind, what, times, 1.1)[1]
 
 
 async def legacy_figure(kind: str, saver: RetainingSaver) -> Any:

@@ -9,15 +9,22 @@ stores a snapshot: inside the checkpoint's serialized payload.
 
 The module also decodes rows into nodes (`checkpoint_of`, `node_of`: SQLite
 keeps versions inside the serialized payload), which lineage loads and
-admission share.
+admission share. A node needs only the payload's versions, `ts`, format and
+which channels it stores, never their values: a payload the saver's own
+msgpack serde wrote is read with every extension value (a message, a model, a
+delta snapshot) left undecoded (`node_fields`), which keeps a lineage load from
+rebuilding each checkpoint's messages. Anything else, or anything that reads
+short of those fields, is decoded by the saver's serde, as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+import ormsgpack
 from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -57,6 +64,50 @@ def checkpoint_of(saver: SqliteSaver | AsyncSqliteSaver, row: Row) -> Checkpoint
     """A row's checkpoint payload, decoded with the saver's serde."""
     checkpoint: Checkpoint = saver.serde.loads_typed((row["type"], row["checkpoint"]))
     return checkpoint
+
+
+def node_fields(saver: SqliteSaver | AsyncSqliteSaver, row: Row) -> Checkpoint:
+    """A row's payload as far as `node_of` reads it: skimmed (`skimmed_fields`) where the
+    saver's own `JsonPlusSerializer` wrote it as msgpack, else `checkpoint_of`."""
+    if row["type"] == "msgpack" and type(saver.serde).loads_typed is _JSONPLUS_LOADS:
+        skimmed = skimmed_fields(row["checkpoint"])
+        if skimmed is not None:
+            return skimmed
+    return checkpoint_of(saver, row)
+
+
+_JSONPLUS_LOADS = JsonPlusSerializer.loads_typed
+
+
+def skimmed_fields(payload: bytes) -> Checkpoint | None:
+    """A msgpack payload decoded as `JsonPlusSerializer` decodes it, but for extension
+    values (messages, models, delta snapshots), which stay undecoded as None: a
+    node reads which channels hold a value, never the value. None where a field a
+    node reads is not what the serde would give (not a mapping, or a version that
+    was itself an extension value): the caller then decodes it whole."""
+    try:
+        fields = ormsgpack.unpackb(payload, ext_hook=_undecoded, option=ormsgpack.OPT_NON_STR_KEYS)
+    except Exception:  # the serde's own decode answers, or raises as the saver would
+        return None
+    if not isinstance(fields, dict) or not _plain_versions(fields):
+        return None
+    return cast(Checkpoint, fields)
+
+
+def _undecoded(code: int, data: bytes) -> None:
+    return None
+
+
+def _plain_versions(fields: Mapping[str, Any]) -> bool:
+    """Whether the fields `node_of` reads came out of the skim as the serde gives them."""
+    versions = fields.get("channel_versions", {})
+    seen = fields.get("versions_seen", {})
+    values = fields.get("channel_values", {})
+    if not (isinstance(versions, dict) and isinstance(seen, dict) and isinstance(values, dict)):
+        return False
+    if not isinstance(fields.get("ts", ""), str) or None in versions.values():
+        return False
+    return all(isinstance(s, dict) and None not in s.values() for s in seen.values())
 
 
 class SqlitePlans(SqlBackend):

@@ -7,9 +7,10 @@ checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, value)`
 holds pending writes. There is no blob table: deleting a checkpoint row frees
 its channel values with it.
 
-Reading `channel_versions`, `versions_seen` and `ts` means decoding the whole
-checkpoint blob with the saver's serde (SQLite has no partial decoder for it),
-so a lineage load costs one decode per checkpoint.
+Reading `channel_versions`, `versions_seen` and `ts` means decoding the
+checkpoint blob (SQLite has no partial decoder for it), so a lineage load costs
+one decode per checkpoint; one that leaves the values' messages and models
+undecoded where the saver's own serde wrote it (`_sqlite_plan.node_fields`).
 
 Each operation runs in one `BEGIN IMMEDIATE` transaction under the saver's
 lock: the write lock is taken before the first read, so a precondition checked
@@ -56,7 +57,7 @@ from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
 from retaining_saver.backends._sql_threads import ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
-from retaining_saver.backends._sqlite_plan import SqlitePlans, checkpoint_of, node_of
+from retaining_saver.backends._sqlite_plan import SqlitePlans, node_fields, node_of
 from retaining_saver.backends._sqlite_sql import (
     BEGIN_SQL,
     COMMIT_SQL,
@@ -344,7 +345,7 @@ class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
 
     def _node(self, row: Row, write_count: int) -> CheckpointNode:
         """The node, its versions and ts decoded from the checkpoint blob."""
-        return node_of(row, checkpoint_of(self.saver, row), write_count)
+        return node_of(row, node_fields(self.saver, row), write_count)
 
     def _ids_param(self, ids: Sequence[str]) -> str:
         """`ids` as one JSON array text, which `SELECT_NODES_SQL` reads with `json_each`."""
