@@ -100,14 +100,15 @@ def _undecoded(code: int, data: bytes) -> None:
 
 def _plain_versions(fields: Mapping[str, Any]) -> bool:
     """Whether the fields `node_of` reads came out of the skim as the serde gives them."""
-    versions = fields.get("channel_versions", {})
-    seen = fields.get("versions_seen", {})
-    values = fields.get("channel_values", {})
-    if not (isinstance(versions, dict) and isinstance(seen, dict) and isinstance(values, dict)):
+    try:
+        return (
+            isinstance(fields.get("channel_values", {}), dict)
+            and isinstance(fields.get("ts", ""), str)
+            and None not in fields.get("channel_versions", {}).values()
+            and not any(None in seen.values() for seen in fields.get("versions_seen", {}).values())
+        )
+    except AttributeError:  # a field that is not a mapping
         return False
-    if not isinstance(fields.get("ts", ""), str) or None in versions.values():
-        return False
-    return all(isinstance(s, dict) and None not in s.values() for s in seen.values())
 
 
 class SqlitePlans(SqlBackend):

@@ -424,6 +424,30 @@ async def test_apply_plan_drops_a_deletion_whose_precondition_changed(store: Sto
     assert len(after.nodes) == 5
 
 
+async def test_delete_rows_deletes_only_what_still_holds(store: Store) -> None:
+    """`delete_rows`, children before parents: each row only with the parent it was proven
+    to have, no child outside the rows, and no writes unless they were consumed; the
+    count is what the caller compares with the rows proven (short: the plan rolls back)."""
+    chain = await write_chain(store)
+    backend = store.backend
+    ids = chain.ids
+    _, writes, _ = TABLES[backend.kind]
+    assert await store.run(backend.delete_rows(THREAD, [("", ids[3], ids[0], False)])) == 0
+    assert await store.run(backend.delete_rows(THREAD, [("", ids[2], ids[1], False)])) == 0
+    line = [("", ids[3], ids[2], False), ("", ids[2], ids[1], False)]
+    owner = ("", ids[1], ids[0], False)  # owns two writes, not consumed
+    assert await store.run(backend.delete_rows(THREAD, [*line, owner])) == 2
+    lineage = await store.run(backend.load_lineage(THREAD))
+    assert set(lineage.nodes) == {("", ids[0]), ("", ids[1])}
+    assert (await store.run(backend.stats(THREAD))).tables[writes].rows == 2
+    consumed = ("", ids[1], ids[0], True)
+    misproven = ("", ids[0], "not-its-parent", False)
+    assert await store.run(backend.delete_rows(THREAD, [consumed, misproven])) == 1
+    assert (await store.run(backend.stats(THREAD))).tables[writes].rows == 0
+    lineage = await store.run(backend.load_lineage(THREAD))
+    assert set(lineage.nodes) == {("", ids[0])}
+
+
 # Drivers
 
 
