@@ -116,21 +116,31 @@ class PostgresPlans(SqlBackend):
         A candidate with no blob row (its value was inlined in the checkpoint
         JSONB) is not returned.
         """
-        return (yield from _blob_rows(DELETE_BLOBS_SQL, thread_id, candidates, since))
+        if not candidates:
+            return []
+        params = {"keys": _blob_keys(candidates), "thread_id": str(thread_id), "since": since}
+        rows = yield Statement(DELETE_BLOBS_SQL, params, True)
+        return _answered(candidates, rows)
 
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
         return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
 
 
-def _blob_rows(
-    sql: str, thread_id: str, candidates: Sequence[BlobKey], *more: Any
-) -> Op[list[BlobKey]]:
-    """The candidates among the blob rows `sql` answers for them (deleted or found);
-    `more`: the parameters `sql` binds after the keys and the thread."""
+def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
+    """The candidates among the blob rows `sql` answers for them (found)."""
     if not candidates:
         return []
-    keys = json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
-    rows = yield Statement(sql, (keys, str(thread_id), *more), True)
+    rows = yield Statement(sql, (_blob_keys(candidates), str(thread_id)), True)
+    return _answered(candidates, rows)
+
+
+def _blob_keys(candidates: Sequence[BlobKey]) -> str:
+    """The candidates as one JSON array, which the statements read with `jsonb_to_recordset`."""
+    return json.dumps([dict(zip(_BLOB_COLUMNS, _blob_key(k), strict=True)) for k in candidates])
+
+
+def _answered(candidates: Sequence[BlobKey], rows: list[Row]) -> list[BlobKey]:
+    """The candidates among the blob rows a statement returned."""
     answered = {(r["checkpoint_ns"], r["channel"], r["version"]) for r in rows}
     return [key for key in candidates if _blob_key(key) in answered]

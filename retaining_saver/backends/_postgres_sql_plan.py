@@ -98,21 +98,27 @@ ON CONFLICT (thread_id, checkpoint_ns, channel, version)
 """
 
 # Each candidate blob, by primary key, that no checkpoint of its namespace still names
-# (in the deleting transaction, after the plan's deletions), at or above the last
-# parameter: a window plan's start ('' for the whole thread), below which none can.
+# (in the deleting transaction, after the plan's deletions), at or above `since`: a
+# window plan's start ('' for the whole thread), below which none can. The versions
+# still named are read in one pass over those rows and taken from the candidates as a
+# set (`EXCEPT`, hashed), not probed once a candidate: a pass frees dozens of blobs,
+# and each probe would read every row's versions again.
 DELETE_BLOBS_SQL = """
+WITH freed AS (
+    SELECT k.checkpoint_ns, k.channel, k.version
+    FROM jsonb_to_recordset(%(keys)s::jsonb) AS k(checkpoint_ns text, channel text, version text)
+    EXCEPT
+    SELECT c.checkpoint_ns, v.key, v.value
+    FROM checkpoints AS c
+    CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_id >= %(since)s
+)
 DELETE FROM checkpoint_blobs AS b
-USING jsonb_to_recordset(%s::jsonb) AS k(checkpoint_ns text, channel text, version text)
-WHERE b.thread_id = %s
-    AND b.checkpoint_ns = k.checkpoint_ns
-    AND b.channel = k.channel
-    AND b.version = k.version
-    AND NOT EXISTS (
-        SELECT 1 FROM checkpoints AS c
-        WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-            AND c.checkpoint_id >= %s
-            AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version
-    )
+USING freed AS f
+WHERE b.thread_id = %(thread_id)s
+    AND b.checkpoint_ns = f.checkpoint_ns
+    AND b.channel = f.channel
+    AND b.version = f.version
 RETURNING b.checkpoint_ns, b.channel, b.version
 """
 
