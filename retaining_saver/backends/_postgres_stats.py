@@ -40,7 +40,7 @@ class PostgresStats(SqlBackend):
     ) -> Op[dict[str, TableStats]]:
         params = _named(thread_id, checkpoints, blobs)
         rows = yield Statement(SELECT_GONE_STATS_SQL, params, fetch=True)
-        return {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
+        return self.in_table_order(rows)
 
     def gone_channel_stats(
         self, thread_id: str, checkpoints: Sequence[NodeKey], blobs: Sequence[BlobKey]

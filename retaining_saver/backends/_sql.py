@@ -227,8 +227,14 @@ class SqlBackend(HeadReader):
         else:
             params = (str(thread_id),) * len(self.tables)
             rows = yield Statement(self.sql.select_thread_stats, params, fetch=True)
-        tables = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
-        return StorageStats(thread_id, tables)
+        return StorageStats(thread_id, self.in_table_order(rows))
+
+    def in_table_order(self, rows: Iterable[Row]) -> dict[str, TableStats]:
+        """Each `table_name` row's figures, in the order of `tables`, whatever order the
+        rows came in (Postgres may run a `UNION ALL`'s branches in parallel)."""
+        found = {r["table_name"]: TableStats(r["row_count"], r["byte_count"]) for r in rows}
+        ordered = {name: found.pop(name) for name in self.tables if name in found}
+        return ordered | found
 
     def thread_ids(self, after: str | None, limit: int) -> Op[list[str]]:
         if limit <= 0:

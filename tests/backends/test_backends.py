@@ -39,6 +39,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Backend, Op
+from retaining_saver.backends._sql import SqlBackend
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, thread_config
 
@@ -353,6 +354,18 @@ async def test_a_window_plans_blob_sweep_reads_only_the_window(store: Store) -> 
     assert freed == ([first] if backend.stores_blobs else [])
     again = await store.run(backend.delete_unreferenced_blobs(THREAD, [first]))
     assert again == []
+
+
+async def test_stats_list_tables_in_the_backends_order(store: Store) -> None:
+    """Whatever order the store answers in (Postgres may run the `UNION ALL` of its
+    statistics in parallel), the tables come in `Backend.tables` order."""
+    await write_chain(store)
+    backend = store.backend
+    assert list((await store.run(backend.stats(THREAD))).tables) == list(backend.tables)
+    assert list((await store.run(backend.stats(None))).tables) == list(backend.tables)
+    if isinstance(backend, SqlBackend):
+        rows = [{"table_name": t, "row_count": 1, "byte_count": 2} for t in backend.tables]
+        assert list(backend.in_table_order(reversed(rows))) == list(backend.tables)
 
 
 async def test_stats_follow_deletions(store: Store) -> None:
