@@ -95,6 +95,7 @@ def skimmed_fields(payload: bytes) -> Checkpoint | None:
 
 
 def _undecoded(code: int, data: bytes) -> None:
+    """An extension value, skipped: its bytes are never rebuilt into an object."""
     return None
 
 

@@ -18,7 +18,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from compaction_kit import KEPT, SHAPES, TWIN, Shape, Twins, history_ids, root_chains, ts_of
+from compaction_kit import (
+    KEPT,
+    SHAPES,
+    TWIN,
+    Shape,
+    Twins,
+    history_ids,
+    pending_tasks,
+    root_chains,
+    ts_of,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.channels import DeltaChannel
@@ -67,12 +77,6 @@ def root_deletions(report: RetentionReport) -> set[str]:
     return {cid for (ns, cid) in report.deleted if ns == ""}
 
 
-def _tasks(state: Any) -> list[tuple[Any, ...]]:
-    """What a snapshot's tasks show of its pending writes, without ids that differ
-    between the twins: each task's node, error, interrupt values and result."""
-    return [(t.name, repr(t.error), [i.value for i in t.interrupts], t.result) for t in state.tasks]
-
-
 def assert_like_twin(
     twins: Twins, before: list[str], report: RetentionReport, shape: Shape
 ) -> None:
@@ -83,7 +87,8 @@ def assert_like_twin(
     for cid in kept:
         mine, twin = twins.state(KEPT, cid), twins.state(TWIN, twins.kept_to_twin[cid])
         assert (mine.values, mine.next) == (twin.values, twin.next), cid
-        assert _tasks(mine) == _tasks(twin), cid  # pending writes: results, errors, interrupts
+        # Pending writes: results, errors, interrupts.
+        assert pending_tasks(mine) == pending_tasks(twin), cid
     assert integrity(graph.checkpointer, KEPT).clean
     turn_ends = [cid for cid in kept if not twins.state(KEPT, cid).next]
     assert_same_continuation(twins, shape.next_input, None, None)

@@ -18,6 +18,7 @@ from datetime import datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langgraph.checkpoint.memory import InMemorySaver
 from test_compaction import DELTA, carry_out, history_scenarios
 from test_history_promises import history_only
 from test_rules import NOW, Thread
@@ -26,7 +27,10 @@ from test_rules_property import SETTINGS, Scenario
 from retaining_saver import Protection, RetentionPolicy, _rules
 from retaining_saver._engine import WINDOW_GROWTH
 from retaining_saver._rules import DELTA_METADATA_KEY, Lineage, NodeKey, plan_retention
+from retaining_saver._transact import run
+from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import window_size
+from retaining_saver.testing.graphs import chat_graph, subgraph_chat, thread, turn
 
 
 def keys(deletions: Iterable[_rules.Deletion]) -> set[NodeKey]:
@@ -140,3 +144,26 @@ def test_a_long_line_goes_newest_part_first_onto_the_windows_edge() -> None:
 def test_a_window_of_no_checkpoints_is_refused(newest: object) -> None:
     with pytest.raises(ValueError, match="newest must be a positive int"):
         window_size(newest)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flavor", ["line", "subgraph"])
+def test_langgraph_names_a_delta_channel_wherever_it_is_not_stored(flavor: str) -> None:
+    """What `named_as_langgraph_names` writes, and the window's DeltaChannel rule rests on,
+    checked on real runs: every checkpoint that has a version of a DeltaChannel but does
+    not store its value names the channel in `counters_since_delta_snapshot`; through
+    snapshots, forks from old turns (`update_state`) and a persistent subgraph's memory."""
+    saver = InMemorySaver()
+    graph = chat_graph(saver, "delta") if flavor == "line" else subgraph_chat(saver, "delta")
+    for i in range(8):
+        graph.invoke(turn(i), thread("t"))
+    old = list(saver.list(thread("t")))[-6]
+    forked = graph.update_state(old.config, {"said": ["edited"]})
+    for i in range(8, 12):
+        graph.invoke(turn(i), forked if i == 8 else thread("t"))
+    backend = backend_for(saver)
+    assert backend is not None
+    nodes = run(backend, backend.load_lineage("t")).nodes.values()
+    unstored = [n for n in nodes if "said" in n.channel_versions and "said" not in n.stored]
+    assert unstored, "the graph stored the channel whole at every checkpoint"
+    for node in unstored:
+        assert "said" in node.metadata.get(DELTA_METADATA_KEY, {}), node
