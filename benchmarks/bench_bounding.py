@@ -25,8 +25,10 @@ medians; absolute times are context only), on every backend given:
     one left (`asettle_history`), so that it never runs beside a timed call.
     Its cost is the run's: (c). Vs the bare read. Goal <= 1.5x.
 (c) a whole run of the chat on a thread at the horizon, wrapped (one admission
-    in 6 runs the pass) vs bare, side by side on two threads. The wrapped run is
-    timed until the pass its admission left has finished too. Goal <= 1.1x.
+    in 6 runs the pass) vs bare, side by side on two threads, as many repetitions
+    as the others (a mean over fewer windows of 6 moves by a tenth from run to
+    run). The wrapped run is timed until the pass its admission left has finished
+    too. Goal <= 1.1x.
 
 (b) and (c) print two rows each: the ratio of medians (the typical admission,
 one that skips the pass) and the ratio of means (what admissions cost on
@@ -190,7 +192,7 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
 
         await saver.asettle_history()
         times = await admission.side_by_side(
-            max(reps // 4, 20),
+            reps,
             {
                 "wrapped": wrapped_run,
                 "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
@@ -285,7 +287,7 @@ async def message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) 
         await saver.asettle_history()
 
     times = await admission.side_by_side(
-        max(reps // 4, 20),
+        reps,
         {
             "wrapped": wrapped_run,
             "bare": lambda: bare.ainvoke(chat_turn(next(runs)), thread("messages-bare")),
