@@ -124,15 +124,11 @@ class PostgresPlans(SqlBackend):
 
     def stored_blobs(self, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
         """The candidates with a blob row (not inlined in the checkpoint JSONB)."""
-        return (yield from _blob_rows(STORED_BLOBS_SQL, thread_id, candidates))
-
-
-def _blob_rows(sql: str, thread_id: str, candidates: Sequence[BlobKey]) -> Op[list[BlobKey]]:
-    """The candidates among the blob rows `sql` answers for them (found)."""
-    if not candidates:
-        return []
-    rows = yield Statement(sql, (_blob_keys(candidates), str(thread_id)), True)
-    return _answered(candidates, rows)
+        if not candidates:
+            return []
+        params = (_blob_keys(candidates), str(thread_id))
+        rows = yield Statement(STORED_BLOBS_SQL, params, True)
+        return _answered(candidates, rows)
 
 
 def _blob_keys(candidates: Sequence[BlobKey]) -> str:
