@@ -38,7 +38,7 @@ from retaining_saver.testing.graphs import thread, turn
 
 _SCALE = int(os.environ.get("RETAINING_SAVER_HISTORY_EXAMPLES", "0") or 0)
 STEPS = int(os.environ.get("RETAINING_SAVER_HISTORY_STEPS", "0") or 0) or 6
-EXAMPLES = _SCALE or 200
+EXAMPLES = _SCALE or 120
 POSTGRES_EXAMPLES = max(20, _SCALE // 10)
 LATER = datetime.now(UTC) + timedelta(days=1)
 _threads = itertools.count()

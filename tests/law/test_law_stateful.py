@@ -110,7 +110,7 @@ T = TypeVar("T")
 
 _SCALE = int(os.environ.get("RETAINING_SAVER_LAW_EXAMPLES", "0") or 0)
 STEPS = int(os.environ.get("RETAINING_SAVER_LAW_STEPS", "0") or 0) or 12
-SYNC_EXAMPLES = _SCALE or 300
+SYNC_EXAMPLES = _SCALE or 200
 SMALL_EXAMPLES = max(30, _SCALE // 10)
 
 GRAFT = RetentionPolicy(graft_duration_links=True)
