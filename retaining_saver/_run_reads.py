@@ -33,16 +33,23 @@ def map_selectors(config: RunnableConfig) -> frozenset[str]:
     return frozenset(str(v) for v in checkpoint_map.values() if v)
 
 
+RUNS_TRACKED = 1024
+"""How many runs' runtime objects `RunTracker` keeps alive, the most recent first."""
+
+
 class RunTracker:
     """Tells a run's first checkpoint read from its later ones.
 
     A run pinned to a `checkpoint_id` also reads "latest" later (to see whether
     its target was superseded); only a run whose *first* read is unpinned is
     being admitted. Runs are told apart by their runtime object; the most
-    recent `size` are remembered, strongly, so an id is never reused while kept.
+    recent `size` are remembered, strongly, so an id is never reused while kept
+    (a LangGraph `Runtime` takes no weak reference). So each keeps its run's
+    `context` alive until `size` newer runs have read through the saver (README,
+    "What it keeps in memory").
     """
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = RUNS_TRACKED) -> None:
         self._seen: BoundedLru[int, Any] = BoundedLru(size)
 
     def first_read(self, runtime: Any) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
@@ -17,6 +19,7 @@ from typing_extensions import TypedDict
 from retaining_saver import RetainingSaver
 from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import RetentionPolicy
+from retaining_saver._run_reads import RUNS_TRACKED
 from retaining_saver._stamps import MAX_STAMPS_BYTES, OwnStamps
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import thread_config
@@ -88,3 +91,35 @@ def test_reads_of_leaf_shaped_heads_keep_no_state_alive() -> None:
     assert saver._retry is not None
     assert len(saver._retry) == len(threads), "each read remembered its target"
     assert kept < MB, f"the wrapper kept {kept} bytes alive after {len(threads)} reads of 1 MB"
+
+
+@dataclass
+class Context:
+    """A run's `context`, which a test can watch being freed (a weak reference)."""
+
+    user: str
+
+
+def test_a_runs_context_lives_until_runs_tracked_newer_runs_have_read() -> None:
+    """What the README says the wrapper keeps alive per run, and no more: a run's
+    `Runtime` (so its `context`), until `RUNS_TRACKED` newer runs have read through it.
+    The bare saver keeps none."""
+    builder: Any = StateGraph(Big, context_schema=Context)
+    builder.add_node("grow", lambda state: {"payload": state["payload"] + "!"})
+    builder.add_edge(START, "grow")
+    builder.add_edge("grow", END)
+    contexts: dict[str, weakref.ref[Context]] = {}
+    for name, saver in (("bare", InMemorySaver()), ("wrapped", RetainingSaver(InMemorySaver()))):
+        graph = builder.compile(checkpointer=saver)
+        context = Context(name)
+        graph.invoke({"payload": ""}, thread_config(name), context=context)
+        contexts[name] = weakref.ref(context)
+        del context
+        gc.collect()
+        for i in range(RUNS_TRACKED - 1):
+            graph.invoke({"payload": ""}, thread_config(f"{name}-{i % 8}"), context=Context(name))
+        gc.collect()
+        assert (contexts[name]() is None) == (name == "bare"), name
+    graph.invoke({"payload": ""}, thread_config("wrapped-last"), context=Context("wrapped"))
+    gc.collect()
+    assert contexts["wrapped"]() is None, "freed once RUNS_TRACKED newer runs have read"
