@@ -108,18 +108,21 @@ def test_a_runs_context_lives_until_runs_tracked_newer_runs_have_read() -> None:
     builder.add_node("grow", lambda state: {"payload": state["payload"] + "!"})
     builder.add_edge(START, "grow")
     builder.add_edge("grow", END)
-    contexts: dict[str, weakref.ref[Context]] = {}
-    for name, saver in (("bare", InMemorySaver()), ("wrapped", RetainingSaver(InMemorySaver()))):
-        graph = builder.compile(checkpointer=saver)
-        context = Context(name)
-        graph.invoke({"payload": ""}, thread_config(name), context=context)
-        contexts[name] = weakref.ref(context)
-        del context
-        gc.collect()
-        for i in range(RUNS_TRACKED - 1):
-            graph.invoke({"payload": ""}, thread_config(f"{name}-{i % 8}"), context=Context(name))
-        gc.collect()
-        assert (contexts[name]() is None) == (name == "bare"), name
-    graph.invoke({"payload": ""}, thread_config("wrapped-last"), context=Context("wrapped"))
+
+    def watched_run(graph: Any, thread_id: str) -> weakref.ref[Context]:
+        context = Context(thread_id)
+        graph.invoke({"payload": ""}, thread_config(thread_id), context=context)
+        return weakref.ref(context)
+
+    watched = watched_run(builder.compile(checkpointer=InMemorySaver()), "bare")
     gc.collect()
-    assert contexts["wrapped"]() is None, "freed once RUNS_TRACKED newer runs have read"
+    assert watched() is None, "the bare saver keeps no run's context"
+    graph = builder.compile(checkpointer=RetainingSaver(InMemorySaver()))
+    watched = watched_run(graph, "wrapped")
+    for i in range(RUNS_TRACKED - 1):
+        graph.invoke({"payload": ""}, thread_config(f"wrapped-{i % 8}"), context=Context("x"))
+    gc.collect()
+    assert watched() is not None, "kept while fewer than RUNS_TRACKED newer runs have read"
+    graph.invoke({"payload": ""}, thread_config("wrapped-last"), context=Context("x"))
+    gc.collect()
+    assert watched() is None, "freed once RUNS_TRACKED newer runs have read"
