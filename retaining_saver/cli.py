@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["demo"]:  # no target: the demo makes its own store
         # Imported here: it builds graphs (langgraph.graph), which no other command needs
-        # and which would add about 0.4 s to every command's start.
+        # and which took about half of every command's start (0.6 s of 1.2 s).
         from retaining_saver import _demo
 
         return _demo.main(arguments[1:])

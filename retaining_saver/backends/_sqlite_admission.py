@@ -24,7 +24,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from retaining_saver._rules import CheckpointNode, LeafFacts
 from retaining_saver.backends._base import Capabilities, Op
 from retaining_saver.backends._sql import SqlBackend, Statement
-from retaining_saver.backends._sqlite_plan import checkpoint_of
+from retaining_saver.backends._sqlite_plan import checkpoint_of, node_of
 from retaining_saver.backends._sqlite_sql import (
     SELECT_HEAD_ROW_SQL,
     SELECT_NODES_SQL,
@@ -42,17 +42,21 @@ class SqliteAdmission(SqlBackend):
     def leaf_rows(
         self, thread_id: str, checkpoint_ns: str, leaf_id: str, parent_id: str | None
     ) -> Op[tuple[dict[str, CheckpointNode], Any]]:
-        """Each row's node as a lineage load reads it (`_node`: no values rebuilt); the
-        parent's row decoded whole, with its writes, for `parent_tuple`."""
+        """Each row's node as a lineage load reads it (`_node`: no values rebuilt), but the
+        parent's where `parent_tuple` needs its row decoded whole (with its writes): that
+        one decode gives its node too."""
         ids = [leaf_id] if parent_id is None else [leaf_id, parent_id]
         params = (str(thread_id), checkpoint_ns, self._ids_param(ids))
         rows = {r["checkpoint_id"]: r for r in (yield Statement(SELECT_NODES_SQL, params))}
-        nodes = {i: self._node(r, r["write_count"]) for i, r in rows.items()}
-        if parent_id is None or parent_id not in rows or not self.matches_audit:
+        whole = parent_id if parent_id in rows and self.matches_audit else None
+        nodes = {i: self._node(r, r["write_count"]) for i, r in rows.items() if i != whole}
+        if whole is None:
             return nodes, None
-        writes = yield from self._pending_writes(thread_id, checkpoint_ns, parent_id)
-        parent = rows[parent_id]
-        return nodes, (parent, checkpoint_of(self.saver, parent), writes)
+        row = rows[whole]
+        parent = checkpoint_of(self.saver, row)
+        nodes[whole] = node_of(row, parent, row["write_count"])
+        writes = yield from self._pending_writes(thread_id, checkpoint_ns, whole)
+        return nodes, (row, parent, writes)
 
     def _pending_writes(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
