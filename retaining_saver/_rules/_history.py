@@ -6,11 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from retaining_saver._rules._leaf import (
-    DELTA_UNNAMED_KEY,
-    ROOT_NAMESPACE,
-    _parse_ts,
-)
+from retaining_saver._rules._leaf import DELTA_UNNAMED_KEY, ROOT_NAMESPACE, _parse_ts
 from retaining_saver._rules._lineage import (
     CheckpointNode,
     Deletion,
@@ -298,6 +294,11 @@ class _History(_AncestorReads):
 
         for key in sorted(self.ns_scope):
             node = self.lineage.nodes[key]
+            up = parent_key(self.lineage, key)
+            if up in removal and key not in removal and key not in self.on_line:
+                # A kept branch rests on its parent: in a subgraph's namespace, one written
+                # under a kept run can continue memory written under a removed one.
+                keep(up, Protection.ANCESTOR)
             if self.lineage.below_window(node):
                 keep(key, Protection.WINDOW_EDGE)
             if node.checkpoint_id in self.policy.protect_checkpoint_ids:

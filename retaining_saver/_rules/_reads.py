@@ -211,8 +211,12 @@ class _AncestorReads:
     def _fork_memory(self, kept_roots: Iterable[NodeKey], spaces: Iterable[str]) -> set[NodeKey]:
         """In each `checkpointer=True` subgraph namespace of `spaces`, the checkpoint a fork
         from each of `kept_roots` loads as the subgraph's memory: its latest one before
-        the fork's replay bound (`replay_bound`)."""
-        bounds = {replay_bound(self.lineage.nodes[key]) for key in kept_roots}
+        the fork's replay bound (`replay_bound`), and before the kept checkpoint's own id,
+        which bounds what a fork from its `update`/`fork` children loads, those written
+        later included (a fork or `update_state` from it writes one)."""
+        bounds = {
+            bound for key in kept_roots for bound in (replay_bound(self.lineage.nodes[key]), key[1])
+        }
         found: set[NodeKey] = set()
         for ns in spaces:
             if not is_persistent(ns):

@@ -291,6 +291,29 @@ def test_capped_passes_take_a_checkpoint_with_writes_with_its_last_child() -> No
     assert not last.deferred
 
 
+def test_a_kept_subgraph_branch_keeps_the_memory_it_continues() -> None:
+    """A `checkpointer=True` subgraph's checkpoint written under a kept run can continue
+    memory written under a removed one, off the subgraph's head line (a replay bounded
+    below newer memory). It rests on that checkpoint: the pass keeps it (`ANCESTOR`), as
+    it keeps a kept root checkpoint's parent, and plans no deletion under a kept one."""
+    thread = Thread()
+    old = thread.run(None)
+    memory = thread.add(None, ns="inner", metadata={"source": "loop", "parents": {"": old[1]}})
+    middle = thread.run(old[-1])
+    thread.add(None, ns="inner", metadata={"source": "loop", "parents": {"": middle[1]}})
+    new = thread.run(middle[-1])
+    branch = thread.add(memory, ns="inner", metadata={"source": "loop", "parents": {"": new[1]}})
+    thread.add(memory, ns="inner", metadata={"source": "loop", "parents": {"": new[2]}})
+    plan = thread.plan(history_keep_runs=1, history_min_age=timedelta(0))
+    gone = {d_key(d) for d in plan.deletions}
+    assert ("inner", memory) not in gone
+    assert plan.kept[("inner", memory)] is Protection.ANCESTOR
+    assert {("", cid) for cid in old + middle} <= gone
+    after = carry_out(thread.nodes, plan)
+    assert ("inner", branch) in after
+    assert all(n.parent_id is None or (k[0], n.parent_id) in after for k, n in after.items())
+
+
 def d_key(deletion: Deletion) -> NodeKey:
     return (deletion.checkpoint_ns, deletion.checkpoint_id)
 

@@ -215,3 +215,43 @@ def test_keep_latest_keeps_what_forks_from_its_kept_checkpoints_load() -> None:
     machine.history_pass(horizon(0), 1)
     machine.keep_latest()
     machine.kept_checkpoints_load_like_the_twin()
+
+
+def test_a_fork_of_a_kept_fork_replays_on_the_twins_subgraph_memory() -> None:
+    """A sequence the long profile found: a fork from a kept `fork` checkpoint writes a
+    new `fork` checkpoint whose replay loads the subgraph's latest checkpoint before the
+    kept one's own id. A pass had deleted that subgraph checkpoint (it was written under
+    a removed run), so replaying the new fork ran on older memory than the twin's."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "full"})()
+
+    def horizon(runs: int, *, compact: bool = False, cap: int | None = None) -> RetentionPolicy:
+        return RetentionPolicy(
+            history_keep_runs=runs,
+            compact_steps=compact,
+            history_min_age=timedelta(hours=1),
+            max_delete_per_run=cap,
+        )
+
+    machine.history_pass(horizon(3), 1)
+    machine.update_head()
+    machine.update_head()
+    machine.history_pass(horizon(0), 1)
+    machine.fork_from_a_kept_checkpoint(3353)
+    machine.history_pass(horizon(0, compact=True, cap=3), 3)
+    machine.fork_from_a_kept_checkpoint(205)
+    machine.kept_checkpoints_load_like_the_twin()
+    # What a user sees: replaying the newest fork ends as on the twin.
+    graph, kept = machine.graph, machine.kept
+    forks = [i for i in machine._ids(kept) if _source(graph, kept, i) == "fork"]
+    newest = max(forks)
+    pins = {kept: newest, machine.twin: machine.to_twin[newest]}
+    machine._both(lambda t: graph.invoke(None, thread(t, pins[t])))
+    ends = [graph.get_state(thread(t)).values for t in (kept, machine.twin)]
+    assert ends[0] == ends[1]
+    machine.kept_checkpoints_load_like_the_twin()
+
+
+def _source(graph: Any, thread_id: str, checkpoint_id: str) -> Any:
+    return graph.get_state(thread(thread_id, checkpoint_id)).metadata.get("source")

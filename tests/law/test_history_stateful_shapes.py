@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from compaction_kit import root_chains
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -191,9 +192,21 @@ class ShapesMachine(RuleBasedStateMachine):
     @rule(policy=POLICIES, repeat=st.integers(1, 3))
     def history_pass(self, policy: RetentionPolicy, repeat: int) -> None:
         for _ in range(repeat):
+            parents = self._parents()
             report = self._call("enforce_thread_retention", self.kept, policy, now=LATER)
             cap = policy.max_delete_per_run
-            assert cap is None or len(report.deleted) <= cap
+            if cap is not None and len(report.deleted) > cap:
+                # Past the cap only when nothing fits, and then one piece (`_rules/_cap.py`).
+                assert root_chains(report.deleted, parents) == 1
+
+    def _parents(self) -> dict[tuple[str, str], str | None]:
+        """Each root checkpoint's parent id (the graph has no subgraph)."""
+        return {
+            ("", s.config["configurable"]["checkpoint_id"]): (
+                s.parent_config["configurable"]["checkpoint_id"] if s.parent_config else None
+            )
+            for s in self._history(self.kept)
+        }
 
     # The law
 
@@ -263,3 +276,29 @@ def test_the_shapes_are_written() -> None:
     assert state.next == ("ask",)
     assert [i.value for t in state.tasks for i in t.interrupts] == ["approve 4?"]
     assert sum(1 for s in state.values["said"] if s.startswith("done job")) == 2
+
+
+def test_a_pass_past_its_cap_deletes_one_piece() -> None:
+    """A sequence the long profile found: with the head interrupted, nothing of a
+    resumed run's stretch fits a cap of 2, so the pass deletes its smallest piece whole
+    (4 checkpoints, one chain), as `_rules/_cap.py` says, and the thread still reads
+    as the twin."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    machine = type("Bound", (ShapesMachine,), {"saver": InMemorySaver(), "loop": None})()
+
+    def horizon(cap: int | None) -> RetentionPolicy:
+        return RetentionPolicy(
+            history_keep_runs=0, history_min_age=timedelta(hours=1), max_delete_per_run=cap
+        )
+
+    machine.history_pass(horizon(None), 1)
+    machine.resume()
+    machine.fork_from_every_kept_turn()
+    machine.resume()
+    machine.history_pass(horizon(5), 1)
+    parents = machine._parents()
+    report = machine._call("enforce_thread_retention", machine.kept, horizon(2), now=LATER)
+    assert len(report.deleted) > 2
+    assert root_chains(report.deleted, parents) == 1
+    machine.kept_checkpoints_load_like_the_twin()
