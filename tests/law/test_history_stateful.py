@@ -255,3 +255,25 @@ def test_a_fork_of_a_kept_fork_replays_on_the_twins_subgraph_memory() -> None:
 
 def _source(graph: Any, thread_id: str, checkpoint_id: str) -> Any:
     return graph.get_state(thread(thread_id, checkpoint_id)).metadata.get("source")
+
+
+def test_a_pass_keeps_the_subgraph_memory_a_kept_branch_continues() -> None:
+    """A sequence the long profile found: after a fork, a run's subgraph checkpoint
+    continues memory written under a removed run, off the subgraph's head line. The
+    plan raised `KeyError` (the pass failed); that memory now stays, its parent."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "full"})()
+
+    def horizon(cap: int | None) -> RetentionPolicy:
+        return RetentionPolicy(
+            history_keep_runs=0, history_min_age=timedelta(hours=1), max_delete_per_run=cap
+        )
+
+    machine.update_head()
+    machine.history_pass(horizon(3), 3)
+    machine.fork_from_a_kept_checkpoint(545)
+    machine.update_head()
+    machine.user_turn()
+    machine.history_pass(horizon(None), 1)
+    machine.kept_checkpoints_load_like_the_twin()
