@@ -58,6 +58,33 @@ def capped(
     return taken, []
 
 
+def sparing_fork_memory(
+    history: _History,
+    others: Sequence[Deletion],
+    taken: list[HistoryUnit],
+    deferred: list[HistoryUnit],
+) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
+    """`taken` and `deferred`, with the first taken unit that deletes the subgraph memory a
+    fork from a root checkpoint this pass leaves loads (`FORK_MEMORY`: the rules judged
+    it for the uncapped plan, where that root checkpoint went too) deferred, with every
+    unit after it, until none does. `others`: the pass's other deletions."""
+    if not deferred or not history.replays_memory:
+        return taken, deferred
+    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
+    while taken:
+        gone = {_key(d) for d in others} | {_key(d) for u in taken for d in u.deletions}
+        staying = [k for k in history.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in gone]
+        memory = history._fork_memory(staying, spaces)
+        blocked = next(
+            (i for i, u in enumerate(taken) if any(_key(d) in memory for d in u.deletions)),
+            None,
+        )
+        if blocked is None:
+            break
+        taken, deferred = taken[:blocked], [*taken[blocked:], *deferred]
+    return taken, deferred
+
+
 def newest_part(
     history: _History, unit: HistoryUnit, room: int, *, past_the_cap: bool = False
 ) -> HistoryUnit | None:

@@ -277,3 +277,37 @@ def test_a_pass_keeps_the_subgraph_memory_a_kept_branch_continues() -> None:
     machine.user_turn()
     machine.history_pass(horizon(None), 1)
     machine.kept_checkpoints_load_like_the_twin()
+
+
+@pytest.mark.parametrize("flavor", ["full", "delta"])
+def test_a_capped_pass_keeps_the_memory_forks_from_what_it_leaves_load(flavor: str) -> None:
+    """A sequence the long profile found: a capped pass (`history_keep_runs=0`, cap 8)
+    deletes an old run with its subgraph checkpoints and defers a forked branch. The
+    rules judged fork memory for the uncapped plan, where that branch went too, so the
+    subgraph checkpoint a fork from the branch loads went with the old run."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": flavor})()
+
+    def horizon(runs: int | None, *, compact: bool, cap: int | None = None) -> RetentionPolicy:
+        return RetentionPolicy(
+            history_keep_runs=runs,
+            compact_steps=compact,
+            history_min_age=timedelta(hours=1),
+            max_delete_per_run=cap,
+        )
+
+    for pick in (5532, 940):
+        machine.fork_from_a_kept_checkpoint(pick)
+        machine.user_turn()
+    machine.history_pass(horizon(3, compact=True), 1)
+    machine.user_turn()
+    machine.fork_from_a_kept_checkpoint(0)
+    machine.history_pass(horizon(None, compact=True), 1)
+    machine.user_turn()
+    machine.history_pass(horizon(3, compact=False), 1)
+    machine.fork_from_a_kept_checkpoint(941)
+    machine.history_pass(horizon(None, compact=True), 1)
+    machine.fork_from_a_kept_checkpoint(58)
+    machine.history_pass(horizon(0, compact=False, cap=8), 2)
+    machine.kept_checkpoints_load_like_the_twin()
