@@ -332,3 +332,67 @@ def root_chains(
     """
     roots = [key for key in deleted if not key[0]]
     return sum(1 for key in roots if ("", parents[key]) not in deleted)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What `one_piece` reads of a stored checkpoint: its parent's id, the root
+    checkpoint it was written under (a subgraph's), and its `source`."""
+
+    parent: str | None
+    under: str | None
+    source: str | None
+
+
+def saved_lineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[tuple[str, str], Saved]:
+    """Every checkpoint of the thread, every namespace, keyed by (namespace, id)."""
+    found: dict[tuple[str, str], Saved] = {}
+    for saved in saver.list({"configurable": {"thread_id": thread_id}}):
+        conf, up, meta = saved.config["configurable"], saved.parent_config, saved.metadata or {}
+        found[(conf["checkpoint_ns"], conf["checkpoint_id"])] = Saved(
+            up["configurable"]["checkpoint_id"] if up else None,
+            (meta.get("parents") or {}).get(""),
+            meta.get("source"),
+        )
+    return found
+
+
+def one_piece(deleted: Collection[tuple[str, str]], saved: Mapping[tuple[str, str], Saved]) -> bool:
+    """Whether what a pass past its cap deleted (`saved`: the thread before it) is one
+    piece (`_rules/_cap.py`): one chain of root checkpoints with the subgraph checkpoints
+    written under them, or chains none of which could go alone. A chain cannot when a
+    subgraph checkpoint written under it continues from, or is continued by, one written
+    under another that goes, or is the memory a fork from another's root checkpoint
+    loads: the latest of its `checkpointer=True` namespace before that checkpoint's id,
+    or its parent's for an `update`/`fork` one."""
+    tops: dict[str, str] = {}
+    for ns, cid in deleted:
+        if not ns:
+            top = cid
+            while ("", str(saved[("", top)].parent)) in deleted:
+                top = str(saved[("", top)].parent)
+            tops[cid] = top
+    if len(set(tops.values())) <= 1:
+        return True
+    chain_of = {key: tops.get(str(saved[key].under)) for key in deleted if key[0]}
+    spaces = {ns for ns, _ in saved if ns and ":" not in ns.rsplit("|", 1)[-1]}
+    ids = {ns: sorted(cid for space, cid in saved if space == ns) for ns in spaces}
+
+    def memory(root: str) -> set[tuple[str, str]]:
+        node = saved[("", root)]
+        bounds = {root} | ({str(node.parent)} if node.source in ("update", "fork") else set())
+        return {
+            (ns, max(i for i in ids[ns] if i < b))
+            for ns in spaces
+            for b in bounds
+            if any(i < b for i in ids[ns])
+        }
+
+    needed: set[str] = set()
+    for key, chain in chain_of.items():
+        parent = (key[0], str(saved[key].parent))
+        if parent in chain_of and chain_of[parent] != chain:
+            needed |= {str(chain), str(chain_of[parent])}
+    for root, chain in tops.items():
+        needed |= {str(c) for k in memory(root) if (c := chain_of.get(k)) not in (None, chain)}
+    return needed >= set(tops.values())

@@ -11,36 +11,97 @@ and the next pass finds a shorter stretch.
 Some pieces cannot be split: a root checkpoint with the subgraph checkpoints written
 under it, a checkpoint that owns writes with the removed checkpoints below it. A pass
 that could delete nothing within the cap deletes the smallest such piece whole, past
-the cap: the cap bounds a pass's work by `max(cap, one piece)`, a piece being at most
-one run's checkpoints (a run's last checkpoint owns no writes), never the thread's
-length, and repeated capped passes always reach what one uncapped pass deletes.
+the cap: one chain (a checkpoint with its descendants in its unit), never the newest
+checkpoints of several branches. So the cap bounds a pass's work by `max(cap, one
+piece)`, a piece being about one run's checkpoints (a run's last checkpoint owns no
+writes), never the thread's length, and repeated capped passes always reach what one
+uncapped pass deletes. Removed branches that each hold the subgraph memory a fork from
+another loads cannot go one by one: they make one piece.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
 from retaining_saver._rules._lineage import Deletion, HistoryUnit, NodeKey
-from retaining_saver._rules._runs import root_of
+from retaining_saver._rules._runs import post_order, root_of
 
 
 def capped(
-    history: _History, room: int | None, *, may_pass_the_cap: bool = False
+    history: _History,
+    room: int | None,
+    others: Sequence[Deletion] = (),
+    *,
+    may_pass_the_cap: bool = False,
 ) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
     """The history units that fit in `room` deletions, and the ones deferred.
 
     Whole units go first, in order; the first that does not fit gives the
     newest part of it that does (`newest_part`), and every later unit waits:
     a subgraph namespace's units follow the root's, and must not go while the
-    root checkpoints they belong to stay. With `may_pass_the_cap` (the pass
-    deletes nothing else and its cap is not 0, which only plans), a first unit
-    of which no part fits gives its smallest piece whole.
+    root checkpoints they belong to stay. What would delete the subgraph memory
+    a fork from a root checkpoint the pass leaves loads waits too
+    (`sparing_fork_memory`; `others`: the pass's other deletions). With
+    `may_pass_the_cap` (the pass deletes nothing else and its cap is not 0,
+    which only plans), a pass left with nothing deletes one piece whole
+    (`_pieces`): the smallest of the first unit that spares that memory, else of
+    the next root unit (one removed branch can hold the memory a fork from
+    another loads, while the other holds none of its own), else the units that
+    hold each other's (`_holding_each_others_memory`).
     """
     if room is None:
         return list(history.units), []
     units = list(history.units)
+    taken, deferred = sparing_fork_memory(history, others, *_fitting(history, units, room))
+    if taken or not deferred or not may_pass_the_cap:
+        return taken, deferred
+    # Nothing goes: the smallest piece that keeps every promise goes, past the cap, so
+    # that repeated passes still converge (see the module's docstring).
+    for index, unit in enumerate(units):
+        if index and _lead(unit)[1] != ROOT_NAMESPACE:
+            continue  # a subgraph namespace's units wait for the root's
+        for piece in _pieces(history, unit):
+            done = {_key(d) for d in piece.deletions}
+            rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
+            left = [u for u in (*units[:index], rest, *units[index + 1 :]) if u.deletions]
+            if not _deletes_fork_memory(history, others, [piece], left):
+                return [piece], left
+    return _holding_each_others_memory(history, others, units)
+
+
+def _holding_each_others_memory(
+    history: _History, others: Sequence[Deletion], units: list[HistoryUnit]
+) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
+    """The first unit, with every unit removing a root checkpoint a fork from which loads
+    subgraph memory it deletes, and so on, made one piece; and the units left. Two
+    removed branches, each of several runs, can each hold what a fork from the other
+    loads: neither goes alone. All the units together are the uncapped plan, which keeps
+    every promise, so this ends."""
+    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
+    group, left = units[:1], units[1:]
+    while left:
+        gone = {_key(d) for d in others} | {_key(d) for u in group for d in u.deletions}
+        joining = [u for u in left if history._fork_memory(_roots(u), spaces) & gone]
+        if not joining:
+            break
+        group += joining
+        left = [u for u in left if all(u is not j for j in joining)]
+    piece = HistoryUnit([])
+    for unit in group:
+        piece.absorb(unit)
+    return [piece], left
+
+
+def _roots(unit: HistoryUnit) -> list[NodeKey]:
+    return [_key(d) for d in unit.deletions if d.checkpoint_ns == ROOT_NAMESPACE]
+
+
+def _fitting(
+    history: _History, units: list[HistoryUnit], room: int
+) -> tuple[list[HistoryUnit], list[HistoryUnit]]:
+    """Whole units while they fit in `room`, then the newest part of the next that does."""
     taken: list[HistoryUnit] = []
     for index, unit in enumerate(units):
         if len(unit.deletions) <= room:
@@ -48,10 +109,6 @@ def capped(
             room -= len(unit.deletions)
             continue
         part = newest_part(history, unit, room)
-        if part is None and not taken and may_pass_the_cap:
-            # Nothing fits: the smallest piece that keeps every promise goes, past the
-            # cap, so that repeated passes still converge (see the module's docstring).
-            part = newest_part(history, unit, room, past_the_cap=True) or unit
         done = set() if part is None else {_key(d) for d in part.deletions}
         rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
         return [*taken, *([part] if part else [])], [rest, *units[index + 1 :]]
@@ -68,56 +125,100 @@ def sparing_fork_memory(
     fork from a root checkpoint this pass leaves loads (`FORK_MEMORY`: the rules judged
     it for the uncapped plan, where that root checkpoint went too) deferred, with every
     unit after it, until none does. `others`: the pass's other deletions."""
-    if not deferred or not history.replays_memory:
-        return taken, deferred
-    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
-    while taken:
-        gone = {_key(d) for d in others} | {_key(d) for u in taken for d in u.deletions}
-        staying = [k for k in history.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in gone]
-        memory = history._fork_memory(staying, spaces)
-        blocked = next(
-            (i for i, u in enumerate(taken) if any(_key(d) in memory for d in u.deletions)),
-            None,
-        )
-        if blocked is None:
-            break
-        taken, deferred = taken[:blocked], [*taken[blocked:], *deferred]
+    while taken and (blocked := _deletes_fork_memory(history, others, taken, deferred)):
+        index = taken.index(blocked)
+        taken, deferred = taken[:index], [*taken[index:], *deferred]
     return taken, deferred
 
 
-def newest_part(
-    history: _History, unit: HistoryUnit, room: int, *, past_the_cap: bool = False
+def _deletes_fork_memory(
+    history: _History,
+    others: Sequence[Deletion],
+    taken: Sequence[HistoryUnit],
+    deferred: Sequence[HistoryUnit],
 ) -> HistoryUnit | None:
+    """The first of `taken` that deletes the subgraph memory a fork from a root checkpoint
+    the pass leaves loads, if any. Nothing deferred: the pass is the uncapped plan, for
+    which the rules judged fork memory."""
+    if not history.replays_memory or not deferred:
+        return None
+    gone = {_key(d) for d in others} | {_key(d) for u in taken for d in u.deletions}
+    staying = [k for k in history.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in gone]
+    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
+    memory = history._fork_memory(staying, spaces)
+    return next((u for u in taken if any(_key(d) in memory for d in u.deletions)), None)
+
+
+def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit | None:
     """The largest part of `unit`'s deletions in its lead namespace (the root's, if it
     has any), newest first, with the subgraph checkpoints written under them, that fits
     in `room` and leaves every checkpoint still to go loading as before; None if none
-    does. With `past_the_cap`, the smallest such part, whatever its size.
+    does.
 
     A child is newer than its parent, so such a part never leaves a checkpoint still
     to go without its parent, unless the part makes it a root or grafts it.
     """
-    keys = [_key(d) for d in unit.deletions]
-    lead = ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
+    keys, lead = _lead(unit)
     # Newest first (ids are time-ordered, and a child is newer than its parent): what a
     # fork from a checkpoint still to go loads was written before it.
     order = sorted((k for k in keys if k[0] == lead), key=lambda k: k[1], reverse=True)
-    sizes = range(1, len(order) + 1) if past_the_cap else range(min(room, len(order)), 0, -1)
-    for size in sizes:
-        chosen = set(order[:size])
-        if lead == ROOT_NAMESPACE:
-            roots = {cid for _, cid in chosen}
-            chosen |= {
-                k for k in keys if k[0] != lead and root_of(history.lineage.nodes[k]) in roots
-            }
-        if past_the_cap or len(chosen) <= room:
-            part = _replanned(history, chosen)
-            if (
-                part is not None
-                and _leaves_parents(history, keys, chosen, part)
-                and not _bares_writes(history, keys, chosen, part)
-            ):
-                return part
+    for size in range(min(room, len(order)), 0, -1):
+        part = _part(history, keys, lead, order[:size], room)
+        if part is not None:
+            return part
     return None
+
+
+def _pieces(history: _History, unit: HistoryUnit) -> Iterator[HistoryUnit]:
+    """The parts of `unit` that keep every checkpoint still to go loading as before, each
+    one chain of its lead namespace (a checkpoint with its descendants in the unit) with
+    the subgraph checkpoints written under it, smallest first (newest first among
+    equals); then `unit` whole. A newest part across the branches of a stretch would
+    join several chains: several pieces, each of which could go alone."""
+    keys, lead = _lead(unit)
+    within = {k for k in keys if k[0] == lead}
+    newest_first = sorted(within, key=lambda k: k[1], reverse=True)
+    sizes: dict[NodeKey, int] = {}
+    for key in newest_first:  # a child is newer than its parent: counted first
+        kids = history.children.get(key, [])
+        sizes[key] = 1 + sum(sizes[kid] for kid in kids if kid in within)
+    for top in sorted(newest_first, key=sizes.__getitem__):
+        part = _part(history, keys, lead, post_order(history.children, top, within), None)
+        if part is not None:
+            yield part
+    yield unit
+
+
+def _lead(unit: HistoryUnit) -> tuple[list[NodeKey], str]:
+    """`unit`'s keys, and its lead namespace: the root's, if it has any."""
+    keys = [_key(d) for d in unit.deletions]
+    return keys, ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
+
+
+def _part(
+    history: _History,
+    keys: Sequence[NodeKey],
+    lead: str,
+    candidate: Sequence[NodeKey],
+    room: int | None,
+) -> HistoryUnit | None:
+    """`candidate` (keys of the lead namespace), with the subgraph checkpoints written
+    under it, as one unit, if that fits in `room` (None: any size) and leaves every
+    other checkpoint of `keys` loading as before."""
+    chosen = set(candidate)
+    if lead == ROOT_NAMESPACE:
+        roots = {cid for _, cid in chosen}
+        chosen |= {k for k in keys if k[0] != lead and root_of(history.lineage.nodes[k]) in roots}
+    if room is not None and len(chosen) > room:
+        return None
+    part = _replanned(history, chosen)
+    if (
+        part is None
+        or not _leaves_parents(history, keys, chosen, part)
+        or _bares_writes(history, keys, chosen, part)
+    ):
+        return None
+    return part
 
 
 def _leaves_parents(
@@ -162,12 +263,15 @@ def _bares_writes(
 
 def _replanned(history: _History, chosen: set[NodeKey]) -> HistoryUnit | None:
     """`chosen` as one unit, each namespace's stretches closed by a graft or root; None
-    where a pre-v4 checkpoint grafted would read other pending sends."""
+    where a pre-v4 checkpoint grafted would read other pending sends, or where a
+    checkpoint that stays would lose its parent with no graft to give it another."""
     merged = HistoryUnit([])
     for ns in sorted({k[0] for k in chosen}):
         line = history.lines[ns]
         history.on_line = set(line)
         removed = {k: history.reasons[k] for k in chosen if k[0] == ns}
+        if _strands(history, line, removed):
+            return None
         for unit in history._units(line, removed):
             merged.absorb(unit)
     nodes = history.lineage.nodes
@@ -177,6 +281,20 @@ def _replanned(history: _History, chosen: set[NodeKey]) -> HistoryUnit | None:
         if child.is_pre_v4 and parent.write_count:
             return None
     return merged
+
+
+def _strands(history: _History, line: Sequence[NodeKey], removed: Collection[NodeKey]) -> bool:
+    """Whether deleting `removed` (one namespace's) leaves a checkpoint without its parent:
+    one off the line (only the line's are grafted), or any, if the line's head goes (the
+    namespace goes whole). A subgraph checkpoint written under a run can continue memory
+    written under another, which a chain of the other's root checkpoints may take."""
+    if line[-1] in removed:
+        return any(k[0] == line[0][0] and k not in removed for k in history.lineage.nodes)
+    return any(
+        kid not in removed and kid not in history.on_line
+        for key in removed
+        for kid in history.children.get(key, [])
+    )
 
 
 def _key(deletion: Deletion) -> NodeKey:

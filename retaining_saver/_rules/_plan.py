@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from retaining_saver._rules._cap import capped, sparing_fork_memory
+from retaining_saver._rules._cap import capped
 from retaining_saver._rules._checks import leaf_skip, leaf_verdict
 from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import (
@@ -104,10 +104,8 @@ class _Planner:
         taken_units, deferred_units = capped(
             history,
             self._room_left(len(deletions)),
+            deletions,
             may_pass_the_cap=not deletions and bool(self.policy.max_delete_per_run),
-        )
-        taken_units, deferred_units = sparing_fork_memory(
-            history, deletions, taken_units, deferred_units
         )
         deletions += [d for unit in taken_units for d in unit.deletions]
         deferred += [d for unit in deferred_units for d in unit.deletions]
