@@ -63,8 +63,7 @@ def capped(
         if index and _lead(unit)[1] != ROOT_NAMESPACE:
             continue  # a subgraph namespace's units wait for the root's
         for piece in _pieces(history, unit):
-            done = {_key(d) for d in piece.deletions}
-            rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
+            rest = _rest(unit, piece)
             left = [u for u in (*units[:index], rest, *units[index + 1 :]) if u.deletions]
             if not _deletes_fork_memory(history, others, [piece], left):
                 return [piece], left
@@ -79,10 +78,10 @@ def _holding_each_others_memory(
     removed branches, each of several runs, can each hold what a fork from the other
     loads: neither goes alone. All the units together are the uncapped plan, which keeps
     every promise, so this ends."""
-    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
+    spaces = _subgraph_namespaces(history)
     group, left = units[:1], units[1:]
     while left:
-        gone = {_key(d) for d in others} | {_key(d) for u in group for d in u.deletions}
+        gone = _gone(others, group)
         joining = [u for u in left if history._fork_memory(_roots(u), spaces) & gone]
         if not joining:
             break
@@ -92,6 +91,21 @@ def _holding_each_others_memory(
     for unit in group:
         piece.absorb(unit)
     return [piece], left
+
+
+def _gone(others: Sequence[Deletion], units: Sequence[HistoryUnit]) -> set[NodeKey]:
+    """What a pass deletes: its other deletions, and `units`'."""
+    return {_key(d) for d in others} | {_key(d) for u in units for d in u.deletions}
+
+
+def _subgraph_namespaces(history: _History) -> set[str]:
+    return {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
+
+
+def _rest(unit: HistoryUnit, part: HistoryUnit) -> HistoryUnit:
+    """`unit`'s deletions not in `part`, left for later."""
+    done = {_key(d) for d in part.deletions}
+    return HistoryUnit([d for d in unit.deletions if _key(d) not in done])
 
 
 def _roots(unit: HistoryUnit) -> list[NodeKey]:
@@ -109,9 +123,9 @@ def _fitting(
             room -= len(unit.deletions)
             continue
         part = newest_part(history, unit, room)
-        done = set() if part is None else {_key(d) for d in part.deletions}
-        rest = HistoryUnit([d for d in unit.deletions if _key(d) not in done])
-        return [*taken, *([part] if part else [])], [rest, *units[index + 1 :]]
+        if part is None:
+            return taken, units[index:]
+        return [*taken, part], [_rest(unit, part), *units[index + 1 :]]
     return taken, []
 
 
@@ -142,10 +156,9 @@ def _deletes_fork_memory(
     which the rules judged fork memory."""
     if not history.replays_memory or not deferred:
         return None
-    gone = {_key(d) for d in others} | {_key(d) for u in taken for d in u.deletions}
+    gone = _gone(others, taken)
     staying = [k for k in history.lineage.nodes if k[0] == ROOT_NAMESPACE and k not in gone]
-    spaces = {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
-    memory = history._fork_memory(staying, spaces)
+    memory = history._fork_memory(staying, _subgraph_namespaces(history))
     return next((u for u in taken if any(_key(d) in memory for d in u.deletions)), None)
 
 

@@ -12,14 +12,13 @@ delete what one uncapped pass would.
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
 
 import pytest
 from compaction_kit import one_piece, saved_lineage
 from langgraph.checkpoint.memory import InMemorySaver
-from test_history_stateful import LATER, HistoryMachine
+from test_history_stateful import LATER, HistoryMachine, horizon
 
-from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver import RetainingSaver
 
 
 def _machine(flavor: str) -> HistoryMachine:
@@ -28,20 +27,11 @@ def _machine(flavor: str) -> HistoryMachine:
     return machine
 
 
-def _policy(runs: int | None, *, compact: bool, cap: int | None = None) -> RetentionPolicy:
-    return RetentionPolicy(
-        history_keep_runs=runs,
-        compact_steps=compact,
-        history_min_age=timedelta(hours=1),
-        max_delete_per_run=cap,
-    )
-
-
 def _capped_passes_reach_the_uncapped_pass(machine: HistoryMachine, runs: int) -> None:
     """Capped passes (cap 1) until one deletes nothing, each checked; then what they
     deleted together is what one uncapped pass would have deleted."""
     wrapped = RetainingSaver(machine.saver, admission="off")
-    policy = _policy(runs, compact=False)
+    policy = horizon(runs, compact=False)
     uncapped = wrapped.enforce_thread_retention(machine.kept, policy, dry_run=True, now=LATER)
     assert uncapped.deleted, "the sequence no longer builds a thread with history to delete"
     capped, deleted = dataclasses.replace(policy, max_delete_per_run=1), set[tuple[str, str]]()
@@ -66,11 +56,11 @@ def test_a_pass_past_its_cap_deletes_one_removed_branch() -> None:
     machine.keep_latest()
     machine.user_turn()
     machine.fork_from_a_kept_checkpoint(3241)
-    machine.history_pass(_policy(None, compact=True, cap=3), 3)
+    machine.history_pass(horizon(None, compact=True, cap=3), 3)
     machine.update_head()
-    machine.history_pass(_policy(0, compact=True), 3)
+    machine.history_pass(horizon(0, compact=True), 3)
     machine.fork_from_a_kept_checkpoint(914)
-    machine.history_pass(_policy(3, compact=True, cap=3), 2)
+    machine.history_pass(horizon(3, compact=True, cap=3), 2)
     _capped_passes_reach_the_uncapped_pass(machine, runs=1)
 
 
@@ -82,15 +72,15 @@ def test_capped_passes_go_on_past_a_branch_that_holds_a_forks_memory(flavor: str
     the second (which holds nothing another needs), then the first."""
     machine = _machine(flavor)
     if flavor == "full":
-        machine.history_pass(_policy(0, compact=True), 3)
-        machine.history_pass(_policy(1, compact=True, cap=3), 1)
-        machine.history_pass(_policy(None, compact=True, cap=3), 3)
+        machine.history_pass(horizon(0, compact=True), 3)
+        machine.history_pass(horizon(1, compact=True, cap=3), 1)
+        machine.history_pass(horizon(None, compact=True, cap=3), 3)
     else:
         machine.keep_latest()
         machine.fork_from_a_kept_checkpoint(3730)
-        machine.history_pass(_policy(0, compact=True, cap=8), 2)
-        machine.history_pass(_policy(2, compact=False), 1)
-        machine.history_pass(_policy(2, compact=False), 3)
+        machine.history_pass(horizon(0, compact=True, cap=8), 2)
+        machine.history_pass(horizon(2, compact=False), 1)
+        machine.history_pass(horizon(2, compact=False), 3)
     _capped_passes_reach_the_uncapped_pass(machine, runs=0)
 
 
@@ -101,8 +91,8 @@ def test_capped_passes_take_branches_that_hold_each_others_memory_together() -> 
     they go together, past the cap, in one pass."""
     machine = _machine("full")
     machine.update_head()
-    machine.history_pass(_policy(0, compact=False), 3)
-    machine.history_pass(_policy(2, compact=False), 3)
+    machine.history_pass(horizon(0, compact=False), 3)
+    machine.history_pass(horizon(2, compact=False), 3)
     machine.fork_from_a_kept_checkpoint(5187)
-    machine.history_pass(_policy(2, compact=True, cap=3), 3)
+    machine.history_pass(horizon(2, compact=True, cap=3), 3)
     _capped_passes_reach_the_uncapped_pass(machine, runs=0)

@@ -193,6 +193,17 @@ def test_history_law_postgres(request: pytest.FixtureRequest) -> None:
         _check(saver, "full", POSTGRES_EXAMPLES)
 
 
+def horizon(runs: int | None, *, compact: bool = False, cap: int | None = None) -> RetentionPolicy:
+    """The history rules with `runs` kept, nothing too young to go (the machine's
+    passes run at `LATER`), compaction and a cap as given."""
+    return RetentionPolicy(
+        history_keep_runs=runs,
+        compact_steps=compact,
+        history_min_age=timedelta(hours=1),
+        max_delete_per_run=cap,
+    )
+
+
 def test_keep_latest_keeps_what_forks_from_its_kept_checkpoints_load() -> None:
     """A sequence the machine found: keep_latest keeps an older root checkpoint (above a
     branch with pending writes); a fork from it must load the subgraph memory it loaded
@@ -200,7 +211,6 @@ def test_keep_latest_keeps_what_forks_from_its_kept_checkpoints_load() -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "delta"})()
-    horizon = lambda n: RetentionPolicy(history_keep_runs=n, history_min_age=timedelta(hours=1))  # noqa: E731
     machine.keep_latest()
     machine.fork_from_a_kept_checkpoint(0)
     machine.history_pass(horizon(2), 1)
@@ -217,14 +227,6 @@ def test_a_fork_of_a_kept_fork_replays_on_the_twins_subgraph_memory() -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "full"})()
-
-    def horizon(runs: int, *, compact: bool = False, cap: int | None = None) -> RetentionPolicy:
-        return RetentionPolicy(
-            history_keep_runs=runs,
-            compact_steps=compact,
-            history_min_age=timedelta(hours=1),
-            max_delete_per_run=cap,
-        )
 
     machine.history_pass(horizon(3), 1)
     machine.update_head()
@@ -257,17 +259,12 @@ def test_a_pass_keeps_the_subgraph_memory_a_kept_branch_continues() -> None:
 
     machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": "full"})()
 
-    def horizon(cap: int | None) -> RetentionPolicy:
-        return RetentionPolicy(
-            history_keep_runs=0, history_min_age=timedelta(hours=1), max_delete_per_run=cap
-        )
-
     machine.update_head()
-    machine.history_pass(horizon(3), 3)
+    machine.history_pass(horizon(0, cap=3), 3)
     machine.fork_from_a_kept_checkpoint(545)
     machine.update_head()
     machine.user_turn()
-    machine.history_pass(horizon(None), 1)
+    machine.history_pass(horizon(0), 1)
     machine.kept_checkpoints_load_like_the_twin()
 
 
@@ -280,14 +277,6 @@ def test_a_capped_pass_keeps_the_memory_forks_from_what_it_leaves_load(flavor: s
     from langgraph.checkpoint.memory import InMemorySaver
 
     machine = type("Bound", (HistoryMachine,), {"saver": InMemorySaver(), "flavor": flavor})()
-
-    def horizon(runs: int | None, *, compact: bool, cap: int | None = None) -> RetentionPolicy:
-        return RetentionPolicy(
-            history_keep_runs=runs,
-            compact_steps=compact,
-            history_min_age=timedelta(hours=1),
-            max_delete_per_run=cap,
-        )
 
     for pick in (5532, 940):
         machine.fork_from_a_kept_checkpoint(pick)
