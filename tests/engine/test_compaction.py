@@ -441,10 +441,11 @@ HISTORY_POLICIES = st.builds(
 
 
 @st.composite
-def history_scenarios(draw: st.DrawFn) -> Scenario:
+def history_scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
     """A scenario under a history policy; a third of them a DeltaChannel thread, whose
-    `messages` is stored at some checkpoints (snapshots) and rebuilt at the others."""
-    s = draw(scenarios())
+    `messages` is stored at some checkpoints (snapshots) and rebuilt at the others.
+    `branchy`: see `scenarios`."""
+    s = draw(scenarios(branchy=branchy))
     policy = dataclasses.replace(
         draw(HISTORY_POLICIES), protect_checkpoint_ids=s.policy.protect_checkpoint_ids
     )
@@ -517,6 +518,22 @@ def _young(s: Scenario, node: CheckpointNode) -> bool:
 @SETTINGS
 @given(history_scenarios())
 def test_history_rules_keep_every_chain_and_protection(s: Scenario) -> None:
+    assert_history_plan_keeps_every_chain_and_protection(s)
+
+
+@SETTINGS
+@given(history_scenarios(branchy=True))
+def test_history_rules_keep_every_chain_and_protection_on_branchy_threads(s: Scenario) -> None:
+    """The same, over several branches of several runs under one checkpoint, each holding
+    subgraph memory (`scenarios(branchy=True)`)."""
+    assert_history_plan_keeps_every_chain_and_protection(s)
+
+
+def assert_history_plan_keeps_every_chain_and_protection(s: Scenario) -> None:
+    """`s`'s plan, carried out: no survivor dangles or changes its chain but by skipping
+    what went; nothing protected, young or holding pending writes goes; namespaces go
+    with their runs; forks load the same memory; delta values and pre-v4 sends read
+    the same."""
     plan = plan_retention(Lineage.of("thread", s.nodes.values()), s.policy, s.now)
     after = carry_out(s.nodes, plan)
     history = {(d.checkpoint_ns, d.checkpoint_id) for d in plan.deletions if d.reason in HISTORY}

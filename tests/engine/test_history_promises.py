@@ -12,20 +12,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from compaction_kit import KEPT, TWIN, Shape, Twins, history_ids, memory_graph
+from compaction_kit import KEPT, TWIN, Saved, Shape, Twins, history_ids, memory_graph, one_piece
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from savers import KINDS, open_sync
 from test_compaction import (
     POLICIES,
     SHAPES,
+    assert_forks_load_the_same_memory,
     assert_like_twin,
     carry_out,
     history_scenarios,
     run_pass,
 )
 from test_rules import NOW, Thread
-from test_rules_property import SETTINGS, Scenario
+from test_rules_property import SETTINGS, Scenario, Writer, scenario
 
 from retaining_saver import Protection, RetentionPolicy, RetentionReport
 from retaining_saver._rules import (
@@ -188,6 +189,77 @@ def test_repeated_capped_plans_reach_the_uncapped_plan(s: Scenario, cap: int) ->
     assert deleted <= uncapped, f"{s!r} {cap}"
     assert not plan.deferred, "a capped pass made no progress"
     assert deleted == uncapped
+
+
+@settings(parent=SETTINGS)
+@given(history_scenarios(branchy=True), st.sampled_from([1, 2, 3]))
+def test_capped_plans_on_branchy_threads_go_one_piece_at_a_time(s: Scenario, cap: int) -> None:
+    """Over threads with several branches of several runs under one checkpoint, each
+    holding subgraph memory (`scenarios(branchy=True)`; the default generator builds
+    none), capped plans go one piece at a time (`assert_capped_plans_go_one_piece_at_a_time`)."""
+    assert_capped_plans_go_one_piece_at_a_time(s, history_only(s.policy), cap)
+
+
+@pytest.mark.parametrize("runs", [0, 1])
+def test_capped_plans_go_on_past_a_branch_that_holds_a_forks_memory(runs: int) -> None:
+    """What the branchy generator found on the code before the fix, in a DeltaChannel
+    thread that stores its values at every checkpoint: four one-run branches forked from
+    the first checkpoint, the first three writing the subgraph's memory. The oldest
+    removed branch holds what a fork from the next one loads, so it cannot go first:
+    capped plans stopped there, and must go on to the branches after it."""
+    w = Writer()
+    first = w.add("", None, ("context",), 0, {"source": "input", "step": -1})
+    memory: str | None = None
+    for writes_memory in (True, True, True, False):
+        tip = w.add("", first, ("messages",), 0, {"source": "input", "step": -1})
+        if writes_memory:
+            memory = w.add("sub", memory, ("sub_state",), 0, {"parents": {"": tip}})
+    for key, node in w.nodes.items():
+        if not key[0]:
+            w.nodes[key] = dataclasses.replace(node, stored=frozenset({"messages"}))
+    start = w.nodes[("", first)]
+    counted = {**start.metadata, DELTA_METADATA_KEY: COUNT}
+    w.nodes[("", first)] = dataclasses.replace(start, metadata=counted)
+    policy = RetentionPolicy(history_keep_runs=runs, history_min_age=timedelta(0))
+    deleted = assert_capped_plans_go_one_piece_at_a_time(scenario(w, policy), policy, 1)
+    assert len(deleted) >= 3, sorted(deleted)
+
+
+def assert_capped_plans_go_one_piece_at_a_time(
+    s: Scenario, policy: RetentionPolicy, cap: int
+) -> set[NodeKey]:
+    """`policy` (uncapped) capped at `cap`, planned and carried out until a plan deletes
+    nothing: a plan past its cap deletes one piece (`one_piece`), never the newest
+    checkpoints of several branches; every plan leaves what a fork from each kept root
+    checkpoint loads as it was; and the plans together delete what one uncapped plan
+    deletes. Returns what they deleted."""
+    lineage = Lineage.of("thread", s.nodes.values())
+    uncapped = {d_key(d) for d in plan_retention(lineage, policy, s.now).deletions}
+    capped = dataclasses.replace(policy, max_delete_per_run=cap)
+    nodes, deleted = dict(s.nodes), set[NodeKey]()
+    for _ in range(len(uncapped) + 1):
+        plan = plan_retention(Lineage.of("thread", nodes.values()), capped, s.now)
+        gone = {d_key(d) for d in plan.deletions}
+        if not gone:
+            break
+        assert len(gone) <= cap or one_piece(gone, _saved(nodes)), sorted(gone)
+        nodes, deleted = carry_out(nodes, plan), deleted | gone
+        if not policy.keep_latest:
+            assert_forks_load_the_same_memory(s, nodes)
+    assert deleted == uncapped, "capped plans stopped short"
+    return deleted
+
+
+def _saved(nodes: Mapping[NodeKey, CheckpointNode]) -> dict[NodeKey, Saved]:
+    """`nodes` as `one_piece` reads a thread's rows."""
+    return {
+        key: Saved(
+            node.parent_id,
+            (node.metadata.get("parents") or {}).get(""),
+            node.metadata.get("source"),
+        )
+        for key, node in nodes.items()
+    }
 
 
 def history_only(policy: RetentionPolicy) -> RetentionPolicy:

@@ -117,11 +117,16 @@ def scenario(writer: Writer, policy: RetentionPolicy, missing: Iterable[NodeKey]
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
+def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
+    """A random thread (see the module's docstring). `branchy`: more turns, a persistent
+    subgraph written under most steps, and most turns forked from the first run's
+    checkpoints, so that several branches of several runs hang from one checkpoint,
+    each holding subgraph memory (the shapes capped history passes must split)."""
     w = Writer()
     root: list[str] = []
+    first_run: list[str] = []
     sub_tip: str | None = None
-    use_sub = draw(st.booleans())
+    use_sub = branchy or draw(st.booleans())
     late: list[tuple[str, int]] = []
     bases: list[str | None] = []
 
@@ -138,10 +143,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 target = w.leaf(target)
             root.append(target)
 
-    for turn in range(draw(st.integers(1, 5))):
-        fork = draw(st.integers(0, 5)) if root else 5
-        if fork == 0:
-            tip: str | None = draw(st.sampled_from(root))  # time travel
+    for turn in range(draw(st.integers(3, 8) if branchy else st.integers(1, 5))):
+        fork = draw(st.integers(-2 if branchy else 0, 5)) if root else 5
+        if fork < 0:
+            tip: str | None = draw(st.sampled_from(first_run))  # back to the first run
+        elif fork == 0:
+            tip = draw(st.sampled_from(root))  # time travel
         elif fork == 1:
             tip = bases[-1]  # regenerate the last answer, from where that run began
         else:
@@ -155,11 +162,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             meta = {"source": "input" if step == 0 else "loop", "step": step - 1}
             tip = w.add("", tip, bump, writes, meta)
             run.append(tip)
-            if use_sub and draw(st.integers(0, 2)) == 0:
+            if use_sub and draw(st.integers(0, 1 if branchy else 2)) == 0:
                 for _ in range(draw(st.integers(1, 2))):
                     parents = {"": tip}
                     sub_tip = w.add("sub", sub_tip, ("sub_state",), 0, {"parents": parents})
         root += run
+        first_run = first_run or run
         if draw(st.integers(0, 4)) == 0:
             task: str | None = None
             for _ in range(draw(st.integers(1, 2))):
