@@ -191,10 +191,18 @@ def _pieces(history: _History, unit: HistoryUnit) -> Iterator[HistoryUnit]:
     keys, lead = _lead(unit)
     within = {k for k in keys if k[0] == lead}
     newest_first = sorted(within, key=lambda k: k[1], reverse=True)
+    # A chain's size as `_part` builds it: its checkpoints, and under the root's lead the
+    # subgraph checkpoints written under them.
+    under: dict[str | None, int] = {}
+    if lead == ROOT_NAMESPACE:
+        for key in keys:
+            if key[0] != lead:
+                root = root_of(history.lineage.nodes[key])
+                under[root] = under.get(root, 0) + 1
     sizes: dict[NodeKey, int] = {}
     for key in newest_first:  # a child is newer than its parent: counted first
         kids = history.children.get(key, [])
-        sizes[key] = 1 + sum(sizes[kid] for kid in kids if kid in within)
+        sizes[key] = 1 + under.get(key[1], 0) + sum(sizes[kid] for kid in kids if kid in within)
     for top in sorted(newest_first, key=sizes.__getitem__):
         part = _part(history, keys, lead, post_order(history.children, top, within), None)
         if part is not None:

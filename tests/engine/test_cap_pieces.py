@@ -136,3 +136,30 @@ def test_a_subgraph_namer_is_judged_on_what_the_root_plan_keeps() -> None:
     assert {("", top), ("task:0", namer)} <= {d_key(d) for d in once.deletions}
     after = carry_out(thread.nodes, once)
     assert not plan_retention(Lineage.of("thread", after.values()), HORIZON_0, NOW).deletions
+
+
+def test_the_piece_past_the_cap_is_the_smallest_with_its_subgraph_checkpoints() -> None:
+    """Two removed branches under one root checkpoint, neither of which can be split (each
+    checkpoint owns writes its child consumed): one of two root checkpoints with three
+    task checkpoints written under it (5 in all), one of three root checkpoints (3). A
+    pass that can fit nothing in a cap of 1 deletes the smaller piece, counted with its
+    subgraph checkpoints, not the one with fewer root checkpoints."""
+    thread = Thread()
+    root = thread.add(None, metadata=INPUT)
+    heavy = thread.add(root, writes=1, metadata=INPUT)
+    heavy_end = thread.add(heavy)
+    task: str | None = None
+    for _ in range(3):
+        task = thread.add(
+            task, ns="task:1", bump=("task_state",), metadata={"parents": {"": heavy}}
+        )
+    light = thread.add(root, writes=1, metadata=INPUT)
+    light_end = thread.add(thread.add(light, writes=1))
+    thread.add(root, metadata=INPUT)  # the head's run
+    capped = RetentionPolicy(**{**_fields(HORIZON_0), "max_delete_per_run": 1})
+    first = {d_key(d) for d in plan_retention(thread.lineage(), capped, NOW).deletions}
+    assert ("", light_end) in first and len(first) == 3, sorted(first)
+    assert ("", heavy_end) not in first
+    deleted, last = _capped_passes(dict(thread.nodes), HORIZON_0, 1, bound=5)
+    uncapped = {d_key(d) for d in plan_retention(thread.lineage(), HORIZON_0, NOW).deletions}
+    assert deleted == uncapped and not last.deferred
