@@ -99,6 +99,7 @@ def _gone(others: Sequence[Deletion], units: Sequence[HistoryUnit]) -> set[NodeK
 
 
 def _subgraph_namespaces(history: _History) -> set[str]:
+    """The namespaces of the thread's subgraph checkpoints: whose memory a fork loads."""
     return {ns for ns, _ in history.lineage.nodes if ns != ROOT_NAMESPACE}
 
 
