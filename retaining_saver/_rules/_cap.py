@@ -21,7 +21,7 @@ another loads cannot go one by one: they make one piece.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from retaining_saver._rules._history import _History
 from retaining_saver._rules._leaf import ROOT_NAMESPACE
@@ -39,11 +39,11 @@ def capped(
     """The history units that fit in `room` deletions, and the ones deferred.
 
     Whole units go first, in order; the first that does not fit gives the
-    newest part of it that does (`newest_part`), and every later unit waits:
+    newest part of it that does (`_newest_part`), and every later unit waits:
     a subgraph namespace's units follow the root's, and must not go while the
     root checkpoints they belong to stay. What would delete the subgraph memory
     a fork from a root checkpoint the pass leaves loads waits too
-    (`sparing_fork_memory`; `others`: the pass's other deletions). With
+    (`_sparing_fork_memory`; `others`: the pass's other deletions). With
     `may_pass_the_cap` (the pass deletes nothing else and its cap is not 0,
     which only plans), a pass left with nothing deletes one piece whole
     (`_pieces`): the smallest of the first unit that spares that memory, else of
@@ -54,7 +54,7 @@ def capped(
     if room is None:
         return list(history.units), []
     units = list(history.units)
-    taken, deferred = sparing_fork_memory(history, others, *_fitting(history, units, room))
+    taken, deferred = _sparing_fork_memory(history, others, *_fitting(history, units, room))
     if taken or not deferred or not may_pass_the_cap:
         return taken, deferred
     # Nothing goes: the smallest piece that keeps every promise goes, past the cap, so
@@ -123,14 +123,14 @@ def _fitting(
             taken.append(unit)
             room -= len(unit.deletions)
             continue
-        part = newest_part(history, unit, room)
+        part = _newest_part(history, unit, room)
         if part is None:
             return taken, units[index:]
         return [*taken, part], [_rest(unit, part), *units[index + 1 :]]
     return taken, []
 
 
-def sparing_fork_memory(
+def _sparing_fork_memory(
     history: _History,
     others: Sequence[Deletion],
     taken: list[HistoryUnit],
@@ -163,7 +163,7 @@ def _deletes_fork_memory(
     return next((u for u in taken if any(_key(d) in memory for d in u.deletions)), None)
 
 
-def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit | None:
+def _newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit | None:
     """The largest part of `unit`'s deletions in its lead namespace (the root's, if it
     has any), newest first, with the subgraph checkpoints written under them, that fits
     in `room` and leaves every checkpoint still to go loading as before; None if none
@@ -173,11 +173,12 @@ def newest_part(history: _History, unit: HistoryUnit, room: int) -> HistoryUnit 
     to go without its parent, unless the part makes it a root or grafts it.
     """
     keys, lead = _lead(unit)
+    under = _written_under(history, keys, lead)
     # Newest first (ids are time-ordered, and a child is newer than its parent): what a
     # fork from a checkpoint still to go loads was written before it.
     order = sorted((k for k in keys if k[0] == lead), key=lambda k: k[1], reverse=True)
     for size in range(min(room, len(order)), 0, -1):
-        part = _part(history, keys, lead, order[:size], room)
+        part = _part(history, keys, under, order[:size], room)
         if part is not None:
             return part
     return None
@@ -192,20 +193,15 @@ def _pieces(history: _History, unit: HistoryUnit) -> Iterator[HistoryUnit]:
     keys, lead = _lead(unit)
     within = {k for k in keys if k[0] == lead}
     newest_first = sorted(within, key=lambda k: k[1], reverse=True)
-    # A chain's size as `_part` builds it: its checkpoints, and under the root's lead the
-    # subgraph checkpoints written under them.
-    under: dict[str | None, int] = {}
-    if lead == ROOT_NAMESPACE:
-        for key in keys:
-            if key[0] != lead:
-                root = root_of(history.lineage.nodes[key])
-                under[root] = under.get(root, 0) + 1
+    under = _written_under(history, keys, lead)
+    # A chain's size as `_part` builds it: its checkpoints and those written under them.
     sizes: dict[NodeKey, int] = {}
     for key in newest_first:  # a child is newer than its parent: counted first
         kids = history.children.get(key, [])
-        sizes[key] = 1 + under.get(key[1], 0) + sum(sizes[kid] for kid in kids if kid in within)
+        own = 1 + len(under.get(key[1], ()))
+        sizes[key] = own + sum(sizes[kid] for kid in kids if kid in within)
     for top in sorted(newest_first, key=sizes.__getitem__):
-        part = _part(history, keys, lead, post_order(history.children, top, within), None)
+        part = _part(history, keys, under, post_order(history.children, top, within), None)
         if part is not None:
             yield part
     yield unit
@@ -217,20 +213,31 @@ def _lead(unit: HistoryUnit) -> tuple[list[NodeKey], str]:
     return keys, ROOT_NAMESPACE if any(k[0] == ROOT_NAMESPACE for k in keys) else keys[0][0]
 
 
+def _written_under(
+    history: _History, keys: Sequence[NodeKey], lead: str
+) -> dict[str | None, list[NodeKey]]:
+    """Under the root's lead, the subgraph checkpoints of `keys` by the root checkpoint
+    they were written under (they go with it); none under a subgraph's lead."""
+    under: dict[str | None, list[NodeKey]] = {}
+    if lead == ROOT_NAMESPACE:
+        for key in keys:
+            if key[0] != lead:
+                under.setdefault(root_of(history.lineage.nodes[key]), []).append(key)
+    return under
+
+
 def _part(
     history: _History,
     keys: Sequence[NodeKey],
-    lead: str,
+    under: Mapping[str | None, Sequence[NodeKey]],
     candidate: Sequence[NodeKey],
     room: int | None,
 ) -> HistoryUnit | None:
     """`candidate` (keys of the lead namespace), with the subgraph checkpoints written
-    under it, as one unit, if that fits in `room` (None: any size) and leaves every
-    other checkpoint of `keys` loading as before."""
+    under it (`under`: `_written_under`), as one unit, if that fits in `room` (None:
+    any size) and leaves every other checkpoint of `keys` loading as before."""
     chosen = set(candidate)
-    if lead == ROOT_NAMESPACE:
-        roots = {cid for _, cid in chosen}
-        chosen |= {k for k in keys if k[0] != lead and root_of(history.lineage.nodes[k]) in roots}
+    chosen.update(k for _, cid in candidate for k in under.get(cid, ()))
     if room is not None and len(chosen) > room:
         return None
     part = _replanned(history, chosen)
