@@ -50,6 +50,10 @@ column is over windows of 6 consecutive repetitions (one pass each).
     (`gc.freeze()`, as long-running servers do), where a collection scans only
     what the admissions allocate.
 
+(b), (c) and (f) grow the tables many times over; on Postgres each ANALYZEs them
+(untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
+growing table's statistics (`side_by_side(..., growing=)`).
+
 Nothing is asserted: the goals are printed next to the figures.
 """
 
@@ -177,7 +181,9 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
             await bare.ainvoke(turn(next(added)), thread("at"))
 
         passes = saver.counters.history_passes
-        times = await admission.admission_reads(saver, "at", reps, "attempted", before=one_more_run)
+        times = await admission.admission_reads(
+            saver, "at", reps, "attempted", before=one_more_run, growing=inner
+        )
         ran = saver.counters.history_passes - passes
         if not ran:
             raise RuntimeError("no admission at the horizon ran a pass")
@@ -197,6 +203,7 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
                 "wrapped": wrapped_run,
                 "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
             },
+            growing=inner,
         )
         what = "(c) a whole run at the horizon: wrapped / bare"
         figures += both(kind, what, times, 1.1)
@@ -292,6 +299,7 @@ async def message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) 
             "wrapped": wrapped_run,
             "bare": lambda: bare.ainvoke(chat_turn(next(runs)), thread("messages-bare")),
         },
+        growing=inner,
     )
     what = f"(f) a message chat {MESSAGE_TURNS} turns in: wrapped / bare"
     return both(kind, what, times, 1.1)[1]

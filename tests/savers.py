@@ -6,12 +6,18 @@ the running test, `new_store` makes one for the length of a block, and
 `open_sync_at` / `open_async_at` open a saver on a store; `open_sync` and
 `open_async` do both. A test that is about a special construction (a read-only
 connection, a pool, pipeline mode, a role without DELETE) makes it itself.
+
+An InMemorySaver opened here keeps its writes in a dict whose missing entries are
+made race-free (`race_free_writes`): upstream's `put_writes` can lose a parallel
+task's write (`tests/backends/test_memory_write_race.py`), on the bare twin a
+law test compares against as much as on the wrapped thread.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import Any
@@ -24,6 +30,27 @@ from langgraph.checkpoint.memory import InMemorySaver
 KINDS = ("memory", "sqlite", "postgres")
 
 _STORES = pytest.StashKey[dict[tuple[str, str], str]]()
+
+
+class RaceFreeWrites(defaultdict[Any, Any]):
+    """A defaultdict whose missing entry, made by two threads at once, is one entry.
+
+    `defaultdict`'s own makes the value and then stores it: a thread that runs in
+    between (a garbage collection running a finalizer can hand the GIL over there)
+    stores its own entry and its write into it, and the first thread's store then
+    replaces that entry, write and all. `setdefault` stores only if none is there.
+    """
+
+    def __missing__(self, key: Any) -> Any:
+        assert self.default_factory is not None
+        return self.setdefault(key, self.default_factory())
+
+
+def race_free_writes(saver: InMemorySaver) -> InMemorySaver:
+    """`saver`, its `writes` made a `RaceFreeWrites` (its type and methods unchanged, so
+    `RetainingSaver` still recognises it)."""
+    saver.writes = RaceFreeWrites(saver.writes.default_factory, saver.writes)
+    return saver
 
 
 @contextmanager
@@ -66,7 +93,7 @@ def open_sync_at(kind: str, target: str) -> Iterator[BaseCheckpointSaver[Any]]:
     """An InMemorySaver, a SqliteSaver on the file `target`, or a PostgresSaver on the
     database `target` (its tables set up)."""
     if kind == "memory":
-        yield InMemorySaver()
+        yield race_free_writes(InMemorySaver())
     elif kind == "sqlite":
         from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -87,7 +114,7 @@ def open_sync_at(kind: str, target: str) -> Iterator[BaseCheckpointSaver[Any]]:
 async def open_async_at(kind: str, target: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """The async twin of `open_sync_at`: InMemorySaver, AsyncSqliteSaver, AsyncPostgresSaver."""
     if kind == "memory":
-        yield InMemorySaver()
+        yield race_free_writes(InMemorySaver())
     elif kind == "sqlite":
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 

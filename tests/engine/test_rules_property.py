@@ -120,8 +120,9 @@ def scenario(writer: Writer, policy: RetentionPolicy, missing: Iterable[NodeKey]
 def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
     """A random thread (see the module's docstring). `branchy`: more turns, a persistent
     subgraph written under most steps, and most turns forked from the first run's
-    checkpoints, so that several branches of several runs hang from one checkpoint,
-    each holding subgraph memory (the shapes capped history passes must split)."""
+    checkpoints or going on with a branch left behind, so that several branches of
+    several runs, their runs interleaved in time, hang from one checkpoint, each holding
+    subgraph memory (the shapes capped history passes must split)."""
     w = Writer()
     root: list[str] = []
     first_run: list[str] = []
@@ -129,6 +130,10 @@ def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
     use_sub = branchy or draw(st.booleans())
     late: list[tuple[str, int]] = []
     bases: list[str | None] = []
+
+    def ends() -> list[str]:
+        """The root checkpoints nothing was written on: each branch's tip."""
+        return [i for i in root if not any(n.parent_id == i for n in w.nodes.values())]
 
     def stamp(target: str, count: int) -> None:
         for _ in range(count):
@@ -144,9 +149,11 @@ def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
             root.append(target)
 
     for turn in range(draw(st.integers(3, 8) if branchy else st.integers(1, 5))):
-        fork = draw(st.integers(-2 if branchy else 0, 5)) if root else 5
-        if fork < 0:
-            tip: str | None = draw(st.sampled_from(first_run))  # back to the first run
+        fork = draw(st.integers(-3 if branchy else 0, 5)) if root else 5
+        if fork == -3:  # go on with a branch left behind: branches of interleaved runs
+            tip: str | None = draw(st.sampled_from(ends()))
+        elif fork < 0:
+            tip = draw(st.sampled_from(first_run))  # back to the first run
         elif fork == 0:
             tip = draw(st.sampled_from(root))  # time travel
         elif fork == 1:
@@ -184,8 +191,7 @@ def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
     for target, count in late:
         stamp(target, count)
     if len(bases) > 1 and draw(st.integers(0, 4)) == 0:
-        ends = [i for i in root if not any(n.parent_id == i for n in w.nodes.values())]
-        stamp(draw(st.sampled_from(ends)), 1)  # an old run's stamp arrives last
+        stamp(draw(st.sampled_from(ends())), 1)  # an old run's stamp arrives last
 
     kids = children(w.nodes)
     childless = sorted(k for k in w.nodes if not kids.get(k))

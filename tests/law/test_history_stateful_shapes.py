@@ -36,7 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 from law_kit import pair_new_ids
-from savers import open_async, open_sync
+from savers import open_async, open_sync, race_free_writes
 
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver.testing.checks import aintegrity, integrity
@@ -270,7 +270,7 @@ def test_the_shapes_are_written() -> None:
     """The graph does what the suite claims: a `Send` fan-out, then an interrupted head."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    graph = send_interrupt_graph(InMemorySaver())
+    graph = send_interrupt_graph(race_free_writes(InMemorySaver()))
     graph.invoke({"said": ["user 0"]}, thread("t"))
     state = graph.get_state(thread("t"))
     assert state.next == ("ask",)
@@ -285,7 +285,8 @@ def test_a_pass_past_its_cap_deletes_one_piece() -> None:
     as the twin."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    machine = type("Bound", (ShapesMachine,), {"saver": InMemorySaver(), "loop": None})()
+    saver = race_free_writes(InMemorySaver())
+    machine = type("Bound", (ShapesMachine,), {"saver": saver, "loop": None})()
 
     def horizon(cap: int | None) -> RetentionPolicy:
         return RetentionPolicy(
