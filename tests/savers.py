@@ -42,7 +42,8 @@ class RaceFreeWrites(defaultdict[Any, Any]):
     """
 
     def __missing__(self, key: Any) -> Any:
-        assert self.default_factory is not None
+        if self.default_factory is None:
+            raise KeyError(key)  # as defaultdict's own
         return self.setdefault(key, self.default_factory())
 
 

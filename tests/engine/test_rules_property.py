@@ -133,7 +133,8 @@ def scenarios(draw: st.DrawFn, *, branchy: bool = False) -> Scenario:
 
     def ends() -> list[str]:
         """The root checkpoints nothing was written on: each branch's tip."""
-        return [i for i in root if not any(n.parent_id == i for n in w.nodes.values())]
+        kids = children(w.nodes)
+        return [i for i in root if ("", i) not in kids]
 
     def stamp(target: str, count: int) -> None:
         for _ in range(count):
