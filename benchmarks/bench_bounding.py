@@ -40,7 +40,10 @@ column is over windows of 6 consecutive repetitions (one pass each).
 (f) (c) for an `add_messages` chat (`build_chat_graph`) 100 turns in: every
     checkpoint holds the whole conversation, which a pass's lineage load reads
     (on SQLite, inside each payload) and a run reads once. Ratio of means,
-    passes included. Goal: (c)'s.
+    passes included. Goal: (c)'s. On a SQLite that zeroes deleted content
+    (`PRAGMA secure_delete`, on in Debian's build), a pass also overwrites every
+    page its deletes free: (f) is measured again with the setting off on the
+    saver's connection, on a fresh pair of threads, then set back.
 (d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
     store): how many `aadmit` calls bring it to the horizon, each capped at 64
     deletions, and the slowest of them over their median. Goal <= 5x. Twice: as
@@ -210,6 +213,8 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")
         figures.append(await message_figure(kind, inner, reps))
+        if (unzeroed := await unzeroed_message_figure(kind, inner, reps)) is not None:
+            figures.append(unzeroed)
         figures.append(await model_figure(kind, inner))
         figures += await legacy_figure(kind, saver)
     return figures
@@ -279,30 +284,52 @@ async def model_figure(kind: str, inner: BaseCheckpointSaver[Any]) -> Any:
 MESSAGE_TURNS = 100
 
 
-async def message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) -> Any:
-    """(f): (c)'s whole runs, for a chat of LangChain messages `MESSAGE_TURNS` turns in."""
+async def message_figure(
+    kind: str, inner: BaseCheckpointSaver[Any], reps: int, how: str = ""
+) -> Any:
+    """(f): (c)'s whole runs, for a chat of LangChain messages `MESSAGE_TURNS` turns in,
+    on a fresh pair of threads; `how` names the conditions, if not the store's own."""
     saver = RetainingSaver(inner, retention=RETENTION)
     wrapped, bare = build_chat_graph(saver), build_chat_graph(inner)
+    wrapped_thread, bare_thread = thread(f"messages-wrapped{how}"), thread(f"messages-bare{how}")
     for i in range(MESSAGE_TURNS):
-        await wrapped.ainvoke(chat_turn(i), thread("messages-wrapped"))
-        await bare.ainvoke(chat_turn(i), thread("messages-bare"))
+        await wrapped.ainvoke(chat_turn(i), wrapped_thread)
+        await bare.ainvoke(chat_turn(i), bare_thread)
     await saver.asettle_history()
     runs = iter(range(MESSAGE_TURNS, 10**9))
 
     async def wrapped_run() -> None:
-        await wrapped.ainvoke(chat_turn(next(runs)), thread("messages-wrapped"))
+        await wrapped.ainvoke(chat_turn(next(runs)), wrapped_thread)
         await saver.asettle_history()
 
     times = await admission.side_by_side(
         reps,
         {
             "wrapped": wrapped_run,
-            "bare": lambda: bare.ainvoke(chat_turn(next(runs)), thread("messages-bare")),
+            "bare": lambda: bare.ainvoke(chat_turn(next(runs)), bare_thread),
         },
         growing=inner,
     )
-    what = f"(f) a message chat {MESSAGE_TURNS} turns in: wrapped / bare"
+    what = f"(f) a message chat {MESSAGE_TURNS} turns in{how}: wrapped / bare"
     return both(kind, what, times, 1.1)[1]
+
+
+async def unzeroed_message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) -> Any:
+    """(f) again with `PRAGMA secure_delete = 0` on the saver's connection, where SQLite
+    zeroes deleted content (as Debian's build does by default): what a pass's deletes
+    cost without overwriting each freed page. None elsewhere. The library never changes
+    the setting: it is the app's (deleted conversations stay readable in free pages)."""
+    if kind != "sqlite":
+        return None
+    conn = inner.conn  # type: ignore[attr-defined]
+    setting = (await (await conn.execute("PRAGMA secure_delete")).fetchone())[0]
+    if not setting:
+        return None
+    await conn.execute("PRAGMA secure_delete = 0")
+    try:
+        return await message_figure(kind, inner, reps, ", secure_delete=0")
+    finally:
+        await conn.execute(f"PRAGMA secure_delete = {int(setting)}")
 
 
 def checkpoint_rows(held: StorageStats) -> int:

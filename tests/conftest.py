@@ -8,6 +8,7 @@ server skips the Postgres tests with one reason; with `CI=true` it fails them.
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,3 +83,14 @@ def pg_dsn(pg_server: str) -> Iterator[str]:
 def sqlite_path(tmp_path: Path) -> str:
     """A path for a real SQLite file in this test's temp dir."""
     return str(tmp_path / "checkpoints.sqlite")
+
+
+@pytest.fixture
+def sqlite_conn(sqlite_path: str) -> Iterator[sqlite3.Connection]:
+    """A connection to `sqlite_path`, usable from any thread (as the savers need it),
+    closed after the test."""
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False)
+    try:
+        yield conn
+    finally:
+        conn.close()

@@ -5,7 +5,6 @@ serde decode gives, and anything the skim cannot vouch for is decoded whole."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,10 @@ SERDE = JsonPlusSerializer()
 
 
 @pytest.fixture
-def saver(tmp_path: Path) -> Iterator[SqliteSaver]:
-    conn = sqlite3.connect(tmp_path / "skim.sqlite", check_same_thread=False)
-    try:
-        saved = SqliteSaver(conn)
-        saved.setup()
-        yield saved
-    finally:
-        conn.close()
+def saver(sqlite_conn: sqlite3.Connection) -> SqliteSaver:
+    saved = SqliteSaver(sqlite_conn)
+    saved.setup()
+    return saved
 
 
 def _rows(saver: SqliteSaver, thread_id: str) -> list[dict[str, Any]]:
