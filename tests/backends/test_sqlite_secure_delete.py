@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.base import CheckpointTuple
@@ -25,6 +25,7 @@ from retaining_saver.testing.graphs import thread
 
 RUNS = 12
 KEEP = 2
+POLICY = RetentionPolicy(history_keep_runs=KEEP, history_min_age=timedelta(0))
 
 
 class _Noted(TypedDict, total=False):
@@ -41,7 +42,7 @@ def _note(state: _Noted) -> _Noted:
     return {"note": _marker(state["turn"])}
 
 
-def _graph(saver: RetainingSaver) -> object:
+def _graph(saver: RetainingSaver) -> Any:
     graph = StateGraph(_Noted)
     graph.add_node("note", _note)
     graph.add_edge(START, "note")
@@ -49,21 +50,8 @@ def _graph(saver: RetainingSaver) -> object:
     return graph.compile(checkpointer=saver)
 
 
-@pytest.fixture
-def path(sqlite_path: str) -> Path:
-    return Path(sqlite_path)
-
-
-@pytest.fixture
-def connect(sqlite_conn: sqlite3.Connection) -> sqlite3.Connection:
-    return sqlite_conn
-
-
 def _secure_delete(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA secure_delete").fetchone()[0])
-
-
-POLICY = RetentionPolicy(history_keep_runs=KEEP, history_min_age=timedelta(0))
 
 
 def _run_bounded(conn: sqlite3.Connection) -> RetainingSaver:
@@ -73,7 +61,7 @@ def _run_bounded(conn: sqlite3.Connection) -> RetainingSaver:
     saver = RetainingSaver(inner, retention=POLICY)
     app = _graph(saver)
     for turn in range(RUNS):
-        app.invoke({"turn": turn}, thread("t"))  # type: ignore[attr-defined]
+        app.invoke({"turn": turn}, thread("t"))
     assert saver.counters.history_reclaimed > 0
     return saver
 
@@ -88,50 +76,50 @@ def _markers(snapshots: Iterable[CheckpointTuple]) -> set[int]:
     return held
 
 
-def _assert_only_kept_in_file(path: Path, kept: set[int]) -> None:
+def _assert_only_kept_in_file(path: str, kept: set[int]) -> None:
     """Every kept marker is in the file (the scan can find them), no other one is."""
     gone = set(range(RUNS)) - kept
     assert kept and gone
-    stored = path.read_bytes()
+    stored = Path(path).read_bytes()
     assert all(_marker(t).encode() in stored for t in kept)
     assert [t for t in sorted(gone) if _marker(t).encode() in stored] == []
 
 
 def test_with_secure_delete_on_no_deleted_checkpoint_is_left_in_the_file(
-    connect: sqlite3.Connection, path: Path
+    sqlite_conn: sqlite3.Connection, sqlite_path: str
 ) -> None:
-    connect.execute("PRAGMA secure_delete = 1")
-    saver = _run_bounded(connect)
-    assert _secure_delete(connect) == 1
+    sqlite_conn.execute("PRAGMA secure_delete = 1")
+    saver = _run_bounded(sqlite_conn)
+    assert _secure_delete(sqlite_conn) == 1
     kept = _markers(saver.list(thread("t")))
     # Old page images live in the WAL until it is checkpointed into the file.
-    connect.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    _assert_only_kept_in_file(path, kept)
+    sqlite_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _assert_only_kept_in_file(sqlite_path, kept)
 
 
 async def test_async_passes_with_secure_delete_on_leave_no_deleted_checkpoint(
-    path: Path,
+    sqlite_path: str,
 ) -> None:
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
+    async with AsyncSqliteSaver.from_conn_string(sqlite_path) as inner:
         await inner.setup()
         await inner.conn.execute("PRAGMA secure_delete = 1")
         saver = RetainingSaver(inner, retention=POLICY)
         app = _graph(saver)
         for turn in range(RUNS):
-            await app.ainvoke({"turn": turn}, thread("t"))  # type: ignore[attr-defined]
+            await app.ainvoke({"turn": turn}, thread("t"))
         await saver.asettle_history()
         assert saver.counters.history_reclaimed > 0
         kept = _markers([s async for s in saver.alist(thread("t"))])
         setting = await (await inner.conn.execute("PRAGMA secure_delete")).fetchone()
         assert setting is not None and setting[0] == 1
         await inner.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    _assert_only_kept_in_file(path, kept)
+    _assert_only_kept_in_file(sqlite_path, kept)
 
 
 @pytest.mark.parametrize(("setting", "reads"), [("0", 0), ("1", 1), ("FAST", 2)])
 def test_a_pass_leaves_the_connection_secure_delete_as_it_found_it(
-    connect: sqlite3.Connection, setting: str, reads: int
+    sqlite_conn: sqlite3.Connection, setting: str, reads: int
 ) -> None:
-    connect.execute(f"PRAGMA secure_delete = {setting}")
-    _run_bounded(connect)
-    assert _secure_delete(connect) == reads
+    sqlite_conn.execute(f"PRAGMA secure_delete = {setting}")
+    _run_bounded(sqlite_conn)
+    assert _secure_delete(sqlite_conn) == reads
