@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +181,45 @@ def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
+
+
+# Garbage collection
+
+
+@contextmanager
+def full_collections() -> Iterator[list[float]]:
+    """The duration, in ms, of each full (oldest-generation) cyclic collection the
+    interpreter runs inside the block: what a stretch of calls paid for the whole
+    process's heap, whatever the calls themselves did."""
+    durations: list[float] = []
+    started: list[float] = []
+
+    def record(phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            durations.append((time.perf_counter() - started.pop()) * 1_000)
+
+    gc.callbacks.append(record)
+    try:
+        yield durations
+    finally:
+        gc.callbacks.remove(record)
+
+
+def full_collection_ms() -> float:
+    """How long one full `gc.collect()` of this process's heap takes now, in ms."""
+    start = time.perf_counter()
+    gc.collect()
+    return (time.perf_counter() - start) * 1_000
+
+
+def collections_paid(paid: Sequence[float], one_collection: float) -> str:
+    """What `full_collections` recorded, next to one `gc.collect()` of the same heap."""
+    each = ", ".join(f"{ms:.0f}" for ms in paid) or "-"
+    return (
+        f"the stretch paid {len(paid)} full collection(s) ({each} ms); one gc.collect() of "
+        f"this process's {len(gc.get_objects()):,} tracked objects took {one_collection:.0f} ms"
+    )

@@ -51,7 +51,8 @@ column is over windows of 6 consecutive repetitions (one pass each).
     garbage collection of the whole process's heap (tens of ms here, whatever the
     thread), and on a second such thread with the process's objects frozen first
     (`gc.freeze()`, as long-running servers do), where a collection scans only
-    what the admissions allocate.
+    what the admissions allocate. Each stretch prints the full collections it
+    paid, beside one `gc.collect()` of the process's heap timed before it.
 
 (b), (c) and (f) grow the tables many times over; on Postgres each ANALYZEs them
 (untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
@@ -345,14 +346,16 @@ async def legacy_figure(kind: str, saver: RetainingSaver) -> list[Any]:
         thread_id = f"legacy-{'frozen' if frozen else 'as-is'}"
         await admission.write_chain(saver.inner, thread_id, admission.BIG, run_length=4)
         await admission.analyze(saver.inner)
-        gc.collect()
+        one_collection = _common.full_collection_ms()
         if frozen:
             gc.freeze()
         try:
-            times = await _converge(saver, thread_id)
+            with _common.full_collections() as paid:
+                times = await _converge(saver, thread_id)
         finally:
             gc.unfreeze()
         how = ", objects frozen (gc.freeze)" if frozen else ""
+        print(f"{kind}: (d){how}: {_common.collections_paid(paid, one_collection)}")
         what = f"(d) legacy 10k{how}: {len(times)} admissions to the horizon; slowest / median"
         median = _common.median(times)
         figures.append(admission.figure(kind, what, [max(times)], [median], 5.0))

@@ -53,7 +53,11 @@ meanwhile. What keeps this safe, where the run already holds the head:
 `asettle_history()` waits for the passes left running on the loop (the
 benchmark times a run until its pass is done). This was weighed against a
 larger slack (`slack_runs`) and rejected: the horizon would bound a thread
-less tightly for the same work per run.
+less tightly for the same work per run. Running the pass before the answer on
+AsyncSqliteSaver, whose pass shares the process (and its GIL) with the run, was
+measured too (bench_bounding, three runs each way): (b)'s mean rose from 0.55x
+the bare read to 1.47x-1.64x, past its 1.5x bound, (c)'s mean moved from
+1.11x-1.13x to 1.10x-1.11x, and (f) was no better; rejected.
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""`benchmarks/_common.full_collections` records the full cyclic collections of a block,
+and only those: what bench_bounding's (d) prints as the collections a stretch paid."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def common(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("_common")
+
+
+def test_each_full_collection_is_recorded_once(common: ModuleType) -> None:
+    with common.full_collections() as paid:
+        gc.collect()
+        gc.collect()
+    assert len(paid) == 2 and all(ms >= 0 for ms in paid)
+
+
+def test_young_collections_are_not_full_ones(common: ModuleType) -> None:
+    with common.full_collections() as paid:
+        gc.collect(0)
+        gc.collect(1)
+    assert paid == []
+
+
+def test_the_recorder_is_removed_when_the_block_ends(common: ModuleType) -> None:
+    before = list(gc.callbacks)
+    with common.full_collections() as paid:
+        pass
+    gc.collect()
+    assert paid == [] and gc.callbacks == before
+    assert "full collection(s)" in common.collections_paid(paid, 1.0)
