@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -246,6 +246,8 @@ async def side_by_side(
     before: Callable[[], Awaitable[None]] | None = None,
     check: Callable[[str, Any], None] | None = None,
     growing: BaseCheckpointSaver[Any] | None = None,
+    paid: dict[str, list[float]] | None = None,
+    frozen: bool = False,
 ) -> dict[str, list[float]]:
     """Time each call once per repetition, rotating their order; discard the warmup.
 
@@ -254,22 +256,37 @@ async def side_by_side(
     these calls grow the tables many times over within a minute, faster than its
     first look, so without this the plans would be the ones made for the small tables
     of the set-up (sequential scans per lookup, a cost that grows with every run).
+    `paid`: filled with the full cyclic collections (ms) inside each call's timed
+    repetitions, by name. `frozen`: the process's objects are frozen (`gc.freeze()`)
+    before the first repetition, so that a full collection scans only what the calls
+    keep alive, not the whole heap (the imports' objects, tens of ms a collection).
     """
     names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in names}
     gc.collect()
-    for rep in range(WARMUP + reps):
-        if growing is not None and rep % ANALYZE_EVERY == 0:
-            await analyze(growing)
-        if before is not None:
-            await before()
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
-            elapsed, result = await timed(calls[name])
-            if check is not None:
-                check(name, result)
-            if rep >= WARMUP:
-                times[name].append(elapsed)
+    if frozen:
+        gc.freeze()
+    try:
+        for rep in range(WARMUP + reps):
+            if growing is not None and rep % ANALYZE_EVERY == 0:
+                await analyze(growing)
+            if before is not None:
+                await before()
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                # Recorded only where asked: the recorder's callback is a cost of its own.
+                recorder = nullcontext([]) if paid is None else _common.full_collections()
+                with recorder as collected:
+                    elapsed, result = await timed(calls[name])
+                if check is not None:
+                    check(name, result)
+                if rep >= WARMUP:
+                    times[name].append(elapsed)
+                    if paid is not None:
+                        paid.setdefault(name, []).extend(collected)
+    finally:
+        if frozen:
+            gc.unfreeze()
     return times
 
 

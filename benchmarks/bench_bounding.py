@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bounding.py [--backends sqlite,postgres] [--turns 50,100,200]
                                         [--reps N] [--skip-storage] [--skip-admission]
+                                        [--freeze]
 
 Storage: the three-node chat of bench_storage.py (about 6.5 KB of new text a
 turn) written through `RetainingSaver(inner, retention=RetentionPolicy(
@@ -53,6 +54,11 @@ column is over windows of 6 consecutive repetitions (one pass each).
     (`gc.freeze()`, as long-running servers do), where a collection scans only
     what the admissions allocate. Each stretch prints the full collections it
     paid, beside one `gc.collect()` of the process's heap timed before it.
+
+(c) and (f) print the full cyclic collections each side's timed runs paid: one of
+the whole heap (the imports' objects) costs tens of ms, several runs' worth, on
+whichever side it falls. With `--freeze` the process's objects are frozen before
+their timed runs, so that a collection scans only what the runs keep alive.
 
 (b), (c) and (f) grow the tables many times over; on Postgres each ANALYZEs them
 (untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
@@ -159,7 +165,9 @@ def run_storage(kinds: Sequence[str], turns: Sequence[int]) -> None:
 # Admission cost
 
 
-async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
+async def admission_figures(
+    kind: str, reps: int, directory: str, frozen: bool = False
+) -> list[Any]:
     figures: list[Any] = []
     async with admission.open_saver(kind, directory) as inner:
         saver = RetainingSaver(inner, retention=RETENTION)
@@ -201,24 +209,42 @@ async def admission_figures(kind: str, reps: int, directory: str) -> list[Any]:
             await saver.asettle_history()  # the pass its admission left, if any
 
         await saver.asettle_history()
-        times = await admission.side_by_side(
-            reps,
-            {
-                "wrapped": wrapped_run,
-                "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
-            },
-            growing=inner,
-        )
-        what = "(c) a whole run at the horizon: wrapped / bare"
+        what = f"(c) a whole run at the horizon{frozen_label(frozen)}: wrapped / bare"
+        calls = {
+            "wrapped": wrapped_run,
+            "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
+        }
+        times = await whole_runs(kind, what, reps, calls, inner, frozen)
         figures += both(kind, what, times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")
-        figures.append(await message_figure(kind, inner, reps))
-        if (unzeroed := await unzeroed_message_figure(kind, inner, reps)) is not None:
+        figures.append(await message_figure(kind, inner, reps, frozen=frozen))
+        if (unzeroed := await unzeroed_message_figure(kind, inner, reps, frozen)) is not None:
             figures.append(unzeroed)
         figures.append(await model_figure(kind, inner))
         figures += await legacy_figure(kind, saver)
     return figures
+
+
+def frozen_label(frozen: bool) -> str:
+    return ", objects frozen" if frozen else ""
+
+
+async def whole_runs(
+    kind: str,
+    what: str,
+    reps: int,
+    calls: dict[str, Any],
+    inner: BaseCheckpointSaver[Any],
+    frozen: bool,
+) -> dict[str, list[float]]:
+    """`side_by_side` for (c) and (f), printing the full collections each side paid: one
+    of the whole heap costs tens of ms, several runs' worth, wherever it falls."""
+    paid: dict[str, list[float]] = {}
+    times = await admission.side_by_side(reps, calls, growing=inner, paid=paid, frozen=frozen)
+    sides = ", ".join(f"{name} {len(ms)} ({sum(ms):.0f} ms)" for name, ms in sorted(paid.items()))
+    print(f"{kind}: {what.split(':')[0]}: full collections in the timed runs: {sides}")
+    return times
 
 
 def both(
@@ -286,7 +312,7 @@ MESSAGE_TURNS = 100
 
 
 async def message_figure(
-    kind: str, inner: BaseCheckpointSaver[Any], reps: int, how: str = ""
+    kind: str, inner: BaseCheckpointSaver[Any], reps: int, how: str = "", frozen: bool = False
 ) -> Any:
     """(f): (c)'s whole runs, for a chat of LangChain messages `MESSAGE_TURNS` turns in,
     on a fresh pair of threads; `how` names the conditions, if not the store's own."""
@@ -303,19 +329,18 @@ async def message_figure(
         await wrapped.ainvoke(chat_turn(next(runs)), wrapped_thread)
         await saver.asettle_history()
 
-    times = await admission.side_by_side(
-        reps,
-        {
-            "wrapped": wrapped_run,
-            "bare": lambda: bare.ainvoke(chat_turn(next(runs)), bare_thread),
-        },
-        growing=inner,
-    )
-    what = f"(f) a message chat {MESSAGE_TURNS} turns in{how}: wrapped / bare"
+    what = f"(f) a message chat {MESSAGE_TURNS} turns in{how}{frozen_label(frozen)}: wrapped / bare"
+    calls = {
+        "wrapped": wrapped_run,
+        "bare": lambda: bare.ainvoke(chat_turn(next(runs)), bare_thread),
+    }
+    times = await whole_runs(kind, what, reps, calls, inner, frozen)
     return both(kind, what, times, 1.1)[1]
 
 
-async def unzeroed_message_figure(kind: str, inner: BaseCheckpointSaver[Any], reps: int) -> Any:
+async def unzeroed_message_figure(
+    kind: str, inner: BaseCheckpointSaver[Any], reps: int, frozen: bool
+) -> Any:
     """(f) again with `PRAGMA secure_delete = 0` on the saver's connection, where SQLite
     zeroes deleted content (as Debian's build does by default): what a pass's deletes
     cost without overwriting each freed page. None elsewhere. The library never changes
@@ -328,7 +353,7 @@ async def unzeroed_message_figure(kind: str, inner: BaseCheckpointSaver[Any], re
         return None
     await conn.execute("PRAGMA secure_delete = 0")
     try:
-        return await message_figure(kind, inner, reps, ", secure_delete=0")
+        return await message_figure(kind, inner, reps, ", secure_delete=0", frozen)
     finally:
         await conn.execute(f"PRAGMA secure_delete = {int(setting)}")
 
@@ -373,14 +398,14 @@ async def _converge(saver: RetainingSaver, thread_id: str) -> list[float]:
     return times
 
 
-async def run_admission(kinds: Sequence[str], reps: int) -> None:
+async def run_admission(kinds: Sequence[str], reps: int, frozen: bool) -> None:
     figures: list[Any] = []
     with tempfile.TemporaryDirectory() as directory:
         for kind in kinds:
             if kind == "postgres" and _common.pg_unreachable(_common.pg_server_dsn()):
                 print("postgres skipped: unreachable")
                 continue
-            figures += await admission_figures(kind, reps, directory)
+            figures += await admission_figures(kind, reps, directory, frozen)
     admission.show(figures, reps)
 
 
@@ -391,12 +416,17 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--skip-storage", action="store_true")
     parser.add_argument("--skip-admission", action="store_true")
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="freeze the process's objects (gc.freeze) before (c)'s and (f)'s timed runs",
+    )
     args = parser.parse_args()
     kinds = [k.strip() for k in args.backends.split(",") if k.strip()]
     if not args.skip_storage:
         run_storage(kinds, [int(t) for t in args.turns.split(",")])
     if not args.skip_admission:
-        asyncio.run(run_admission(kinds, args.reps))
+        asyncio.run(run_admission(kinds, args.reps, args.freeze))
 
 
 if __name__ == "__main__":
