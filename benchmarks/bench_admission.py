@@ -257,16 +257,12 @@ async def side_by_side(
     first look, so without this the plans would be the ones made for the small tables
     of the set-up (sequential scans per lookup, a cost that grows with every run).
     `paid`: filled with the full cyclic collections (ms) inside each call's timed
-    repetitions, by name. `frozen`: the process's objects are frozen (`gc.freeze()`)
-    before the first repetition, so that a full collection scans only what the calls
-    keep alive, not the whole heap (the imports' objects, tens of ms a collection).
+    repetitions, by name. `frozen`: the repetitions run in `_common.frozen_heap`.
     """
     names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in names}
     gc.collect()
-    if frozen:
-        gc.freeze()
-    try:
+    with _common.frozen_heap(frozen):
         for rep in range(WARMUP + reps):
             if growing is not None and rep % ANALYZE_EVERY == 0:
                 await analyze(growing)
@@ -284,9 +280,6 @@ async def side_by_side(
                     times[name].append(elapsed)
                     if paid is not None:
                         paid.setdefault(name, []).extend(collected)
-    finally:
-        if frozen:
-            gc.unfreeze()
     return times
 
 

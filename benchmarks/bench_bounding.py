@@ -72,7 +72,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import operator
 import statistics
 import tempfile
@@ -209,13 +208,13 @@ async def admission_figures(
             await saver.asettle_history()  # the pass its admission left, if any
 
         await saver.asettle_history()
-        what = f"(c) a whole run at the horizon{frozen_label(frozen)}: wrapped / bare"
+        label = f"(c) a whole run at the horizon{frozen_label(frozen)}"
         calls = {
             "wrapped": wrapped_run,
             "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
         }
-        times = await whole_runs(kind, what, reps, calls, inner, frozen)
-        figures += both(kind, what, times, 1.1)
+        times = await whole_runs(kind, label, reps, calls, inner, frozen)
+        figures += both(kind, f"{label}: wrapped / bare", times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")
         figures.append(await message_figure(kind, inner, reps, frozen=frozen))
@@ -232,7 +231,7 @@ def frozen_label(frozen: bool) -> str:
 
 async def whole_runs(
     kind: str,
-    what: str,
+    label: str,
     reps: int,
     calls: dict[str, Any],
     inner: BaseCheckpointSaver[Any],
@@ -243,7 +242,7 @@ async def whole_runs(
     paid: dict[str, list[float]] = {}
     times = await admission.side_by_side(reps, calls, growing=inner, paid=paid, frozen=frozen)
     sides = ", ".join(f"{name} {len(ms)} ({sum(ms):.0f} ms)" for name, ms in sorted(paid.items()))
-    print(f"{kind}: {what.split(':')[0]}: full collections in the timed runs: {sides}")
+    print(f"{kind}: {label}: full collections in the timed runs: {sides}")
     return times
 
 
@@ -329,13 +328,13 @@ async def message_figure(
         await wrapped.ainvoke(chat_turn(next(runs)), wrapped_thread)
         await saver.asettle_history()
 
-    what = f"(f) a message chat {MESSAGE_TURNS} turns in{how}{frozen_label(frozen)}: wrapped / bare"
+    label = f"(f) a message chat {MESSAGE_TURNS} turns in{how}{frozen_label(frozen)}"
     calls = {
         "wrapped": wrapped_run,
         "bare": lambda: bare.ainvoke(chat_turn(next(runs)), bare_thread),
     }
-    times = await whole_runs(kind, what, reps, calls, inner, frozen)
-    return both(kind, what, times, 1.1)[1]
+    times = await whole_runs(kind, label, reps, calls, inner, frozen)
+    return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
 
 
 async def unzeroed_message_figure(
@@ -372,14 +371,9 @@ async def legacy_figure(kind: str, saver: RetainingSaver) -> list[Any]:
         await admission.write_chain(saver.inner, thread_id, admission.BIG, run_length=4)
         await admission.analyze(saver.inner)
         one_collection = _common.full_collection_ms()
-        if frozen:
-            gc.freeze()
-        try:
-            with _common.full_collections() as paid:
-                times = await _converge(saver, thread_id)
-        finally:
-            gc.unfreeze()
-        how = ", objects frozen (gc.freeze)" if frozen else ""
+        with _common.frozen_heap(frozen), _common.full_collections() as paid:
+            times = await _converge(saver, thread_id)
+        how = frozen_label(frozen)
         print(f"{kind}: (d){how}: {_common.collections_paid(paid, one_collection)}")
         what = f"(d) legacy 10k{how}: {len(times)} admissions to the horizon; slowest / median"
         median = _common.median(times)

@@ -1,5 +1,6 @@
 """`benchmarks/_common.full_collections` records the full cyclic collections of a block,
-and only those: what bench_bounding's (d) prints as the collections a stretch paid."""
+and only those (what bench_bounding prints as the collections a stretch paid); `frozen_heap`
+freezes the heap for a block only when asked."""
 
 from __future__ import annotations
 
@@ -40,3 +41,14 @@ def test_the_recorder_is_removed_when_the_block_ends(common: ModuleType) -> None
     gc.collect()
     assert paid == [] and gc.callbacks == before
     assert "full collection(s)" in common.collections_paid(paid, 1.0)
+
+
+def test_the_heap_is_frozen_only_inside_the_block_and_only_when_asked(
+    common: ModuleType,
+) -> None:
+    before = gc.get_freeze_count()
+    with common.frozen_heap(False):
+        assert gc.get_freeze_count() == before
+    with common.frozen_heap(True):
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == before
