@@ -40,11 +40,17 @@ column is over windows of 6 consecutive repetitions (one pass each).
     (the pass runs while the node does). No goal: context for (c).
 (f) (c) for an `add_messages` chat (`build_chat_graph`) 100 turns in: every
     checkpoint holds the whole conversation, which a pass's lineage load reads
-    (on SQLite, inside each payload) and a run reads once. Ratio of means,
-    passes included. Goal: (c)'s. On a SQLite that zeroes deleted content
-    (`PRAGMA secure_delete`, on in Debian's build), a pass also overwrites every
-    page its deletes free: (f) is measured again with the setting off on the
-    saver's connection, on a fresh pair of threads, then set back.
+    (on SQLite, inside each payload, once per checkpoint: `_sqlite_lineage`) and
+    a run reads once. Ratio of means, passes included. Goal: (c)'s. On a SQLite
+    that zeroes deleted content (`PRAGMA secure_delete`, on in Debian's build), a
+    pass also overwrites every page its deletes free: (f) is measured again with
+    the setting off on the saver's connection, on a fresh pair of threads, then
+    set back.
+(g) (f) for the storage benchmark's chat itself (`chat_graph` with
+    `bench_storage.user_turn`: about 6.5 KB of new text a turn, all of it kept in
+    the state), 50 turns in, with a quarter of the repetitions (at least 30):
+    each run writes the whole state four times, a few MB by the end. The chat
+    the issue's goal names. Measured again with `secure_delete = 0` as (f) is.
 (d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
     store): how many `aadmit` calls bring it to the horizon, each capped at 64
     deletions, and the slowest of them over their median. Goal <= 5x. Twice: as
@@ -75,7 +81,7 @@ import dataclasses
 import operator
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
@@ -217,9 +223,11 @@ async def admission_figures(
         figures += both(kind, f"{label}: wrapped / bare", times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")
-        figures.append(await message_figure(kind, inner, reps, frozen=frozen))
-        if (unzeroed := await unzeroed_message_figure(kind, inner, reps, frozen)) is not None:
-            figures.append(unzeroed)
+        for chat in (MESSAGES, STATE):
+            figures.append(await chat_figure(kind, inner, reps, chat, frozen=frozen))
+            unzeroed = await unzeroed_chat_figure(kind, inner, reps, chat, frozen)
+            if unzeroed is not None:
+                figures.append(unzeroed)
         figures.append(await model_figure(kind, inner))
         figures += await legacy_figure(kind, saver)
     return figures
@@ -308,42 +316,71 @@ async def model_figure(kind: str, inner: BaseCheckpointSaver[Any]) -> Any:
 
 
 MESSAGE_TURNS = 100
+STATE_TURNS = 50
 
 
-async def message_figure(
-    kind: str, inner: BaseCheckpointSaver[Any], reps: int, how: str = "", frozen: bool = False
+@dataclasses.dataclass(frozen=True)
+class Chat:
+    """A chat whose whole runs (f) and (g) time: its graph, its turns, where it starts."""
+
+    label: str
+    graph: Callable[[BaseCheckpointSaver[Any]], Any]
+    turn: Callable[[int], dict[str, Any]]
+    turns_in: int
+    reps: Callable[[int], int] = lambda reps: reps
+
+
+MESSAGES = Chat(f"(f) a message chat {MESSAGE_TURNS} turns in", build_chat_graph, chat_turn, 100)
+STATE = Chat(
+    f"(g) the storage chat {STATE_TURNS} turns in",
+    chat_graph,
+    storage.user_turn,
+    STATE_TURNS,
+    lambda reps: max(30, reps // 4),  # each run writes the whole state: a few MB at the end
+)
+
+
+async def chat_figure(
+    kind: str,
+    inner: BaseCheckpointSaver[Any],
+    reps: int,
+    chat: Chat,
+    how: str = "",
+    frozen: bool = False,
 ) -> Any:
-    """(f): (c)'s whole runs, for a chat of LangChain messages `MESSAGE_TURNS` turns in,
-    on a fresh pair of threads; `how` names the conditions, if not the store's own."""
+    """(f), (g): (c)'s whole runs for `chat`, `chat.turns_in` turns in, on a fresh pair of
+    threads; `how` names the conditions, if not the store's own."""
     saver = RetainingSaver(inner, retention=RETENTION)
-    wrapped, bare = build_chat_graph(saver), build_chat_graph(inner)
-    wrapped_thread, bare_thread = thread(f"messages-wrapped{how}"), thread(f"messages-bare{how}")
-    for i in range(MESSAGE_TURNS):
-        await wrapped.ainvoke(chat_turn(i), wrapped_thread)
-        await bare.ainvoke(chat_turn(i), bare_thread)
+    wrapped, bare = chat.graph(saver), chat.graph(inner)
+    name = chat.label.split()[0].strip("()")
+    wrapped_thread, bare_thread = thread(f"{name}-wrapped{how}"), thread(f"{name}-bare{how}")
+    for i in range(chat.turns_in):
+        await wrapped.ainvoke(chat.turn(i), wrapped_thread)
+        await bare.ainvoke(chat.turn(i), bare_thread)
     await saver.asettle_history()
-    runs = iter(range(MESSAGE_TURNS, 10**9))
+    runs = iter(range(chat.turns_in, 10**9))
 
     async def wrapped_run() -> None:
-        await wrapped.ainvoke(chat_turn(next(runs)), wrapped_thread)
+        await wrapped.ainvoke(chat.turn(next(runs)), wrapped_thread)
         await saver.asettle_history()
 
-    label = f"(f) a message chat {MESSAGE_TURNS} turns in{how}{frozen_label(frozen)}"
+    label = f"{chat.label}{how}{frozen_label(frozen)}"
     calls = {
         "wrapped": wrapped_run,
-        "bare": lambda: bare.ainvoke(chat_turn(next(runs)), bare_thread),
+        "bare": lambda: bare.ainvoke(chat.turn(next(runs)), bare_thread),
     }
-    times = await whole_runs(kind, label, reps, calls, inner, frozen)
+    times = await whole_runs(kind, label, chat.reps(reps), calls, inner, frozen)
     return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
 
 
-async def unzeroed_message_figure(
-    kind: str, inner: BaseCheckpointSaver[Any], reps: int, frozen: bool
+async def unzeroed_chat_figure(
+    kind: str, inner: BaseCheckpointSaver[Any], reps: int, chat: Chat, frozen: bool
 ) -> Any:
-    """(f) again with `PRAGMA secure_delete = 0` on the saver's connection, where SQLite
-    zeroes deleted content (as Debian's build does by default): what a pass's deletes
-    cost without overwriting each freed page. None elsewhere. The library never changes
-    the setting: it is the app's (deleted conversations stay readable in free pages)."""
+    """`chat_figure` again with `PRAGMA secure_delete = 0` on the saver's connection, where
+    SQLite zeroes deleted content (as Debian's build does by default): what a pass's
+    deletes cost without overwriting each freed page. None elsewhere. The library never
+    changes the setting: it is the app's (deleted conversations stay readable in free
+    pages)."""
     if kind != "sqlite":
         return None
     conn = inner.conn  # type: ignore[attr-defined]
@@ -352,7 +389,7 @@ async def unzeroed_message_figure(
         return None
     await conn.execute("PRAGMA secure_delete = 0")
     try:
-        return await message_figure(kind, inner, reps, ", secure_delete=0", frozen)
+        return await chat_figure(kind, inner, reps, chat, ", secure_delete=0", frozen)
     finally:
         await conn.execute(f"PRAGMA secure_delete = {int(setting)}")
 

@@ -132,14 +132,20 @@ class SqlBackend(HeadReader):
     # Primitives
 
     def load_lineage(self, thread_id: str, newest: int | None = None) -> Op[Lineage]:
-        params = {"thread_id": str(thread_id), "newest": window_size(newest)}
-        rows = yield Statement(self.sql.select_lineage, params, fetch=True)
-        nodes = self._lineage_nodes(rows)
+        rows, nodes = yield from self._lineage_rows(str(thread_id), window_size(newest))
         start = (rows[0]["window_start"] or None) if rows else None
         lineage = Lineage.of(
             thread_id, nodes, stores_whole=stores_delta_snapshots(), window_start=start
         )
         return (yield from self._with_stored(lineage))
+
+    def _lineage_rows(
+        self, thread_id: str, newest: int | None
+    ) -> Op[tuple[list[Row], Iterable[CheckpointNode]]]:
+        """The rows `select_lineage` reads for `load_lineage`, and their nodes."""
+        params = {"thread_id": thread_id, "newest": newest}
+        rows = yield Statement(self.sql.select_lineage, params, fetch=True)
+        return rows, self._lineage_nodes(rows)
 
     def _lineage_nodes(self, rows: list[Row]) -> Iterable[CheckpointNode]:
         """The nodes of the rows `select_lineage` read: by default a row each."""

@@ -9,8 +9,9 @@ its channel values with it.
 
 Reading `channel_versions`, `versions_seen` and `ts` means decoding the
 checkpoint blob (SQLite has no partial decoder for it), so a lineage load costs
-one decode per checkpoint; one that leaves the values' messages and models
-undecoded where the saver's own serde wrote it (`_sqlite_plan.node_fields`).
+one decode per checkpoint it has not read before (`_sqlite_lineage`); one that
+leaves the values' messages and models undecoded where the saver's own serde
+wrote it (`_sqlite_plan.node_fields`).
 
 Each operation runs in one `BEGIN IMMEDIATE` transaction under the saver's
 lock: the write lock is taken before the first read, so a precondition checked
@@ -25,8 +26,9 @@ lock and outside any transaction, as the saver runs them in six.
 
 All of the store's SQL is named constants in `_sqlite_sql` and `_sqlite_sql_plan`.
 The primitives are `SqlBackend`'s (`_sql`), run on the statements `SQL` names;
-this module adds the transactions they run in. Three modules beside it hold the rest:
+this module adds the transactions they run in. Four modules beside it hold the rest:
 `_sqlite_plan` decodes rows into nodes and carries out a plan's changes,
+`_sqlite_lineage` reads each row's payload for a lineage once,
 `_sqlite_admission` runs the saver's own reads for admission, and
 `_sqlite_compaction` gives free pages back.
 
@@ -57,6 +59,7 @@ from retaining_saver.backends._sql_resumes import ResumeTexts, SqlResumes
 from retaining_saver.backends._sql_threads import ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
+from retaining_saver.backends._sqlite_lineage import SqliteLineage
 from retaining_saver.backends._sqlite_plan import SqlitePlans, node_fields, node_of
 from retaining_saver.backends._sqlite_sql import (
     BEGIN_SQL,
@@ -271,7 +274,7 @@ async def _on_connection_thread(conn: aiosqlite.Connection, call: Callable[[], T
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqlitePlans, SqliteStats, SqlResumes):
+class SqliteBackend(SqliteAdmission, SqliteLineage, SqlitePlans, SqliteStats, SqlResumes):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"

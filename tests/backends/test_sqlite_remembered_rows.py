@@ -1,0 +1,364 @@
+"""SQLite lineage loads read each checkpoint's payload and metadata once (`_sqlite_lineage`).
+
+Every load through a backend that remembers rows must give the lineage a
+backend that has read nothing before gives, whatever happened to the rows in
+between: new runs, rows rewritten under their id, values stored whole, parents
+moved, writes added, rows deleted. And a row it remembers is not decoded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver._rules import CheckpointNode, Lineage
+from retaining_saver._transact import arun, run
+from retaining_saver.backends import _sqlite_lineage
+from retaining_saver.backends._base import Mode
+from retaining_saver.backends._sqlite_plan import checkpoint_of
+from retaining_saver.backends.sqlite import SqliteBackend
+from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread, turn
+
+
+@pytest.fixture
+def saver(sqlite_conn: sqlite3.Connection) -> SqliteSaver:
+    saved = SqliteSaver(sqlite_conn)
+    saved.setup()
+    return saved
+
+
+def _load(backend: SqliteBackend, thread_id: str, newest: int | None = None) -> Lineage:
+    return run(backend, backend.load_lineage(thread_id, newest), Mode.READ)
+
+
+def _fresh(saver: SqliteSaver, thread_id: str, newest: int | None = None) -> Lineage:
+    """The lineage a backend that remembers nothing reads."""
+    return _load(SqliteBackend(saver), thread_id, newest)
+
+
+class _Decodes:
+    """Counts the rows a backend decodes into nodes."""
+
+    def __init__(self, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        decode = backend._node
+
+        def counted(row: Any, write_count: int) -> CheckpointNode:
+            self.count += 1
+            return decode(row, write_count)
+
+        monkeypatch.setattr(backend, "_node", counted)
+
+
+def _rows(saver: SqliteSaver, thread_id: str) -> list[tuple[str, str]]:
+    cur = saver.conn.execute(
+        "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?"
+        " ORDER BY checkpoint_id",
+        (thread_id,),
+    )
+    return [(ns, cid) for ns, cid in cur.fetchall()]
+
+
+def _chat(saver: SqliteSaver, runs: int, thread_id: str = "t") -> Any:
+    """The chat graph on `saver`, after `runs` turns on the thread."""
+    graph = chat_graph(saver)
+    for i in range(runs):
+        graph.invoke(turn(i), thread(thread_id))
+    return graph
+
+
+def test_a_second_load_decodes_no_row_and_gives_the_same_lineage(
+    saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = build_chat_graph(saver)
+    for i in range(5):
+        graph.invoke(chat_turn(i), thread("t"))
+    backend = SqliteBackend(saver)
+    decodes = _Decodes(backend, monkeypatch)
+    first = _load(backend, "t")
+    assert decodes.count == len(_rows(saver, "t")) > 0
+    second = _load(backend, "t")
+    assert decodes.count == len(_rows(saver, "t"))  # nothing decoded the second time
+    assert second == first == _fresh(saver, "t")
+
+
+def test_a_new_run_decodes_only_its_own_rows(
+    saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = _chat(saver, 4)
+    backend = SqliteBackend(saver)
+    decodes = _Decodes(backend, monkeypatch)
+    _load(backend, "t")
+    before, read = len(_rows(saver, "t")), decodes.count
+    graph.invoke(turn(4), thread("t"))
+    assert _load(backend, "t") == _fresh(saver, "t")
+    assert decodes.count - read == len(_rows(saver, "t")) - before == 4
+
+
+def test_a_window_remembers_only_the_rows_it_read(saver: SqliteSaver) -> None:
+    _chat(saver, 6)
+    backend = SqliteBackend(saver)
+    window = _load(backend, "t", newest=8)
+    assert window == _fresh(saver, "t", newest=8)
+    assert set(backend.remembered.get("t") or {}) == set(window.nodes)
+    assert _load(backend, "t") == _fresh(saver, "t")  # wider: the rest is read now
+
+
+def _rewrite(saver: SqliteSaver, key: tuple[str, str], **columns: Any) -> None:
+    sets = ", ".join(f"{name} = ?" for name in columns)
+    saver.conn.execute(
+        f"UPDATE checkpoints SET {sets} WHERE thread_id = 't' AND checkpoint_ns = ?"
+        " AND checkpoint_id = ?",
+        (*columns.values(), *key),
+    )
+    saver.conn.commit()
+
+
+def _payload(saver: SqliteSaver, key: tuple[str, str]) -> dict[str, Any]:
+    cur = saver.conn.execute(
+        "SELECT type, checkpoint FROM checkpoints WHERE thread_id = 't' AND checkpoint_ns = ?"
+        " AND checkpoint_id = ?",
+        key,
+    )
+    type_, payload = cur.fetchone()
+    return dict(checkpoint_of(saver, {"type": type_, "checkpoint": payload}))
+
+
+@pytest.mark.parametrize("change", ["payload", "metadata"])
+def test_a_row_rewritten_under_its_id_is_read_again(saver: SqliteSaver, change: str) -> None:
+    _chat(saver, 3)
+    backend = SqliteBackend(saver)
+    _load(backend, "t")
+    key = _rows(saver, "t")[-1]
+    if change == "payload":
+        checkpoint = _payload(saver, key)
+        checkpoint["channel_versions"] = {**checkpoint["channel_versions"], "extra": "9"}
+        _rewrite(saver, key, checkpoint=saver.serde.dumps_typed(checkpoint)[1])
+    else:
+        _rewrite(saver, key, metadata=json.dumps({"source": "fork", "step": 99}).encode())
+    loaded = _load(backend, "t")
+    assert loaded == _fresh(saver, "t")
+    node = loaded.nodes[key]
+    assert node.channel_versions.get("extra") == "9" or node.metadata.get("step") == 99
+
+
+_VALIDATED = ["checkpoint_ns", "checkpoint_id", "type", "payload_length", "metadata_length"]
+
+
+@pytest.mark.parametrize("field", range(len(_VALIDATED)), ids=_VALIDATED)
+def test_a_row_comes_without_payload_only_while_all_it_is_known_by_matches(
+    saver: SqliteSaver, field: int
+) -> None:
+    _chat(saver, 2)
+    saver.conn.row_factory = sqlite3.Row
+    sql = SqliteBackend.sql.select_lineage
+    params: dict[str, Any] = {"thread_id": "t", "newest": None, "known": "[]"}
+    rows = saver.conn.execute(sql, params).fetchall()
+    known = [[r[name] for name in _VALIDATED] for r in rows]
+    changed = known[0][field]
+    known[0][field] = changed + 1 if isinstance(changed, int) else f"{changed}x"
+    params["known"] = json.dumps(known)
+    again = {(r["checkpoint_ns"], r["checkpoint_id"]): r for r in saver.conn.execute(sql, params)}
+    for i, row in enumerate(rows):
+        found = again[row["checkpoint_ns"], row["checkpoint_id"]]
+        if i == 0:
+            assert not found["remembered"]
+            assert found["checkpoint"] == row["checkpoint"]
+            assert found["metadata"] == row["metadata"]
+        else:
+            assert found["remembered"]
+            assert found["checkpoint"] is None and found["metadata"] is None
+
+
+def test_parents_and_writes_are_read_from_the_row_each_time(saver: SqliteSaver) -> None:
+    _chat(saver, 3)
+    backend = SqliteBackend(saver)
+    rows = _rows(saver, "t")
+    writes = _load(backend, "t").nodes[rows[1]].write_count
+    _rewrite(saver, rows[-1], parent_checkpoint_id=rows[0][1])
+    saver.conn.execute(
+        "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,"
+        " type, value) VALUES ('t', ?, ?, 'task', 0, 'said', 'null', NULL)",
+        rows[1],
+    )
+    saver.conn.commit()
+    loaded = _load(backend, "t")
+    assert loaded == _fresh(saver, "t")
+    assert loaded.nodes[rows[-1]].parent_id == rows[0][1]
+    assert loaded.nodes[rows[1]].write_count == writes + 1
+
+
+def test_deleted_rows_are_forgotten_and_so_is_an_emptied_thread(saver: SqliteSaver) -> None:
+    _chat(saver, 2)
+    backend = SqliteBackend(saver)
+    _load(backend, "t")
+    doomed = _rows(saver, "t")[0]
+    saver.conn.execute(
+        "DELETE FROM checkpoints WHERE thread_id = 't' AND checkpoint_ns = ? AND checkpoint_id = ?",
+        doomed,
+    )
+    saver.conn.commit()
+    assert _load(backend, "t") == _fresh(saver, "t")
+    assert doomed not in (backend.remembered.get("t") or {})
+    saver.delete_thread("t")
+    assert _load(backend, "t") == _fresh(saver, "t")
+    assert backend.remembered.get("t") is None
+
+
+def test_what_is_remembered_is_bounded(saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = chat_graph(saver)
+    for name in ("a", "b", "c"):
+        graph.invoke(turn(0), thread(name))
+    monkeypatch.setattr(_sqlite_lineage, "REMEMBERED_THREADS", 2)
+    backend = SqliteBackend(saver)
+    for name in ("a", "b", "c"):
+        _load(backend, name)
+    assert backend.remembered.get("a") is None  # the least recently loaded went
+    assert backend.remembered.get("c") is not None
+    one_thread = _sqlite_lineage.rows_bytes(backend.remembered.get("c") or {})
+    monkeypatch.setattr(_sqlite_lineage, "REMEMBERED_THREAD_BYTES", one_thread - 1)
+    small = SqliteBackend(saver)
+    assert _load(small, "c") == _fresh(saver, "c")
+    assert small.remembered.get("c") is None  # too large a thread is read, not remembered
+
+
+def test_a_value_stored_whole_is_seen_by_the_next_load(sqlite_path: str) -> None:
+    """A history pass under `delta_graph` stores values whole at a new root: the payload
+    grows, and the next load of that backend reads the row again."""
+    with SqliteSaver.from_conn_string(sqlite_path) as inner:
+        policy = RetentionPolicy(
+            history_keep_runs=1,
+            history_min_age=timedelta(0),
+            delta_graph=chat_graph(None, "delta"),
+        )
+        graph = chat_graph(inner, "delta")
+        for i in range(5):
+            graph.invoke(turn(i), thread("d"))
+        saver = RetainingSaver(inner)
+        backend = saver._backend
+        assert isinstance(backend, SqliteBackend)
+        before = _load(backend, "d")
+        report = saver.enforce_thread_retention("d", policy)
+        assert report.materialised and report.deleted
+        after = _load(backend, "d")
+        assert after == _fresh(inner, "d")
+        for key in report.materialised:
+            assert "said" in (after.nodes[key].stored or ())
+            assert "said" not in (before.nodes[key].stored or ())
+
+
+def test_the_async_saver_remembers_rows_too(sqlite_path: str) -> None:
+    async def main() -> None:
+        async with AsyncSqliteSaver.from_conn_string(sqlite_path) as inner:
+            graph = chat_graph(inner)
+            for i in range(3):
+                await graph.ainvoke(turn(i), thread("t"))
+            backend = SqliteBackend(inner)
+            first = await arun(backend, backend.load_lineage("t"), Mode.READ)
+            assert backend.remembered.get("t") is not None
+            await graph.ainvoke(turn(3), thread("t"))
+            again = await arun(backend, backend.load_lineage("t"), Mode.READ)
+            fresh = SqliteBackend(inner)
+            assert again == await arun(fresh, fresh.load_lineage("t"), Mode.READ)
+            assert set(first.nodes) < set(again.nodes)
+
+    asyncio.run(main())
+
+
+# Any sequence of what happens to a thread's rows, between loads by one backend
+
+
+_steps = st.lists(
+    st.sampled_from(["run", "load", "window", "rewrite", "metadata", "delete", "write", "parent"]),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=_steps, picks=st.lists(st.integers(0, 10**6), min_size=14, max_size=14))
+def test_any_history_of_changes_loads_what_a_fresh_backend_loads(
+    steps: list[str], picks: list[int]
+) -> None:
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        saver.setup()
+        graph = chat_graph(saver)
+        graph.invoke(turn(0), thread("t"))
+        backend = SqliteBackend(saver)
+        for n, (step, pick) in enumerate(zip(steps, picks, strict=False)):
+            _apply_step(saver, graph, step, pick, n)
+            if step in ("load", "window") or n == len(steps) - 1:
+                newest = 1 + pick % 6 if step == "window" else None
+                assert _load(backend, "t", newest) == _fresh(saver, "t", newest)
+    finally:
+        conn.close()
+
+
+def _apply_step(saver: SqliteSaver, graph: Any, step: str, pick: int, n: int) -> None:
+    rows = _rows(saver, "t")
+    if step == "run" or not rows:
+        graph.invoke(turn(n + 1), thread("t"))
+        return
+    key = rows[pick % len(rows)]
+    if step == "rewrite":
+        checkpoint = _payload(saver, key)
+        checkpoint["channel_versions"] = {**checkpoint["channel_versions"], f"c{n}": str(pick)}
+        _rewrite(saver, key, checkpoint=saver.serde.dumps_typed(checkpoint)[1])
+    elif step == "metadata":
+        _rewrite(saver, key, metadata=_other_length_metadata(saver, key, pick))
+    elif step == "delete":
+        saver.conn.execute(
+            "DELETE FROM checkpoints WHERE thread_id = 't' AND checkpoint_ns = ?"
+            " AND checkpoint_id = ?",
+            key,
+        )
+        saver.conn.commit()
+    elif step == "write":
+        saver.conn.execute(
+            "INSERT OR IGNORE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id,"
+            " idx, channel, type, value) VALUES ('t', ?, ?, ?, 0, 'said', 'null', NULL)",
+            (*key, f"task-{n}"),
+        )
+        saver.conn.commit()
+    elif step == "parent":
+        _rewrite(saver, key, parent_checkpoint_id=rows[(pick // 7) % len(rows)][1])
+
+
+def _other_length_metadata(saver: SqliteSaver, key: tuple[str, str], pick: int) -> bytes:
+    """New metadata for the row, of another length than it has: what a writer of this model
+    does (see `_sqlite_lineage`: rows are written once; a rewrite changes a length)."""
+    cur = saver.conn.execute(
+        "SELECT length(metadata) FROM checkpoints WHERE thread_id = 't' AND checkpoint_ns = ?"
+        " AND checkpoint_id = ?",
+        key,
+    )
+    (now,) = cur.fetchone()
+    metadata = json.dumps({"source": "loop", "step": pick}).encode()
+    return metadata if len(metadata) != now else metadata + b" "
+
+
+def test_a_foreign_rewrite_that_keeps_every_length_is_not_seen(saver: SqliteSaver) -> None:
+    """The stated limit (`_sqlite_lineage`): a row rewritten in place by a writer that is
+    neither the saver nor this library, to the same type and byte lengths, is read as it
+    was remembered until the backend is made anew. LangGraph's savers never rewrite a row."""
+    graph = chat_graph(saver)
+    graph.invoke(turn(0), thread("t"))
+    backend = SqliteBackend(saver)
+    key = _rows(saver, "t")[-1]
+    _rewrite(saver, key, metadata=json.dumps({"source": "loop", "step": 1}).encode())
+    _load(backend, "t")
+    _rewrite(saver, key, metadata=json.dumps({"source": "loop", "step": 2}).encode())
+    assert _load(backend, "t").nodes[key].metadata["step"] == 1
+    assert _fresh(saver, "t").nodes[key].metadata["step"] == 2
