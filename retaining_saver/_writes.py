@@ -31,7 +31,7 @@ from retaining_saver._locks import SHARING, ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
 from retaining_saver._resumes import ResumeNotes
-from retaining_saver._rules import Skip
+from retaining_saver._rules import RetentionPolicy, Skip
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
 
@@ -44,6 +44,7 @@ class WritesMixin(DelegatingSaver):
     """`put`, `put_writes`, `delete_thread` and their async twins, for `RetainingSaver`."""
 
     _backend: Backend | None
+    retention: RetentionPolicy | None
     _accounts: Accounts
     _locks: ThreadLocks
     _performer: Performer
@@ -179,9 +180,12 @@ class WritesMixin(DelegatingSaver):
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
-        """Once stored: the root put this process wrote, which may be a stamp."""
+        """Once stored: the root put this process wrote, which may be a stamp; and, where
+        the `retention` policy's passes will read the thread, its node (`Backend.stored`)."""
         if self._stamps is not None:
             self._stamps.remember(config, checkpoint, metadata)
+        if self.retention is not None and self._backend is not None:
+            self._backend.stored(config, checkpoint, metadata)
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 
 from retaining_saver._reclaimed import RECLAIMED_ID_TTL
 from retaining_saver._rules import (
@@ -45,6 +46,7 @@ from retaining_saver.backends._ops import Mode as Mode
 from retaining_saver.backends._ops import Op as Op
 from retaining_saver.backends._ops import T as T
 from retaining_saver.backends._ops import on_saver_loop as on_saver_loop
+from retaining_saver.backends._ops import window_size as window_size
 from retaining_saver.backends._resumed_writes import ResumedWrites
 from retaining_saver.backends._stats import (
     ChannelStats,
@@ -99,6 +101,11 @@ class Backend(ResumedWrites, ABC):
 
     async def acreate_indexes(self) -> None:
         """Async `create_indexes`."""
+        return None
+
+    def stored(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
+        """The saver stored `checkpoint` with `metadata` at `config` (as put), through a
+        wrapper whose passes will read the thread: by default nothing (`_sqlite_lineage`)."""
         return None
 
     def permission_problem(self, error: BaseException) -> str | None:
@@ -387,14 +394,3 @@ class Backend(ResumedWrites, ABC):
         parent = now.get(deletion.clone_of) if deletion.clone_of is not None else None
         node = now.get(deletion.checkpoint_id)
         return DeletionFacts(node, parent, has_children, newest, runner_up)
-
-
-def window_size(newest: int | None) -> int | None:
-    """`newest` as `load_lineage` binds it.
-
-    Raises:
-        ValueError: If it is not None or a positive int.
-    """
-    if newest is None or (type(newest) is int and newest > 0):
-        return newest
-    raise ValueError(f"newest must be a positive int or None, got {newest!r}")

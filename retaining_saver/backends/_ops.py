@@ -128,3 +128,14 @@ def on_saver_loop(
             f"from a thread other than the saver's event loop; use {twin}"
         )
     return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+
+def window_size(newest: int | None) -> int | None:
+    """`newest` as `load_lineage` binds it.
+
+    Raises:
+        ValueError: If it is not None or a positive int.
+    """
+    if newest is None or (type(newest) is int and newest > 0):
+        return newest
+    raise ValueError(f"newest must be a positive int or None, got {newest!r}")

@@ -27,23 +27,48 @@ and the same byte lengths, is read as remembered until the backend is made anew
 (a new `RetainingSaver`); the plan it feeds is still carried out by the guarded
 statements, which re-check parents, children and writes in the row.
 
+A checkpoint stored through a `RetainingSaver` whose passes will read the
+thread (one with `retention=`) is known before it is ever read (`stored`): its
+node is built from the checkpoint and metadata as put, where the saver is the
+stock `SqliteSaver` or `AsyncSqliteSaver` with its own serde (a subclass that
+overrides `put`, or another serde, is read as before), and listed as `written`
+with what the row must hold: the `msgpack` type and the metadata's byte length
+(`put`'s own metadata encoding, copied: `_upstream.tuples.sqlite_stored_metadata`).
+Its first load takes the node without reading the row's payload or metadata, and
+remembers it with the row's lengths from then on. So a pass reads no row its own
+process wrote, and a run's writes cost a node each (the metadata encoded once
+more), only under `retention=`. The limit here is wider than for a remembered
+row, by the same model: until that first load, a payload something else
+rewrites in place is not seen (a metadata of another length is). A value this
+library stores at a checkpoint forgets what was written there first.
+
 What is remembered is bounded: a thread's map is replaced by each load (so it
-holds only the rows that load read), and the maps together hold at most
-`REMEMBERED_THREADS` threads and about `REMEMBERED_BYTES` of nodes; a thread
-whose nodes would hold more than `REMEMBERED_THREAD_BYTES` is not remembered.
+holds only the rows that load read), written rows leave their map once loaded,
+and each kind of map holds at most `REMEMBERED_THREADS` threads and about
+`REMEMBERED_BYTES` of nodes; a thread whose nodes would hold more than
+`REMEMBERED_THREAD_BYTES` is not kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from retaining_saver._lru import BoundedLru
 from retaining_saver._rules import CheckpointNode, NodeKey
 from retaining_saver.backends._base import Op
-from retaining_saver.backends._sql import Row, SqlBackend, Statement
+from retaining_saver.backends._sql import Row, Statement
+from retaining_saver.backends._sqlite_plan import SqlitePlans
+from retaining_saver.backends._upstream.tuples import sqlite_stored_metadata
 
 REMEMBERED_THREADS = 256
 """Threads whose lineage rows one SQLite backend remembers, least recently loaded first out."""
@@ -88,32 +113,63 @@ def _validators(row: Row) -> Validators | None:
     return None if None in found else found
 
 
-class SqliteLineage(SqlBackend):
+class SqliteLineage(SqlitePlans):
     """`load_lineage` on SQLite, reading each checkpoint's payload and metadata once."""
 
     def __init__(self, saver: Any) -> None:
         super().__init__(saver)
-        self.remembered: BoundedLru[str, ThreadRows] = BoundedLru(
-            REMEMBERED_THREADS,
-            size_of=rows_bytes,
-            max_bytes=REMEMBERED_BYTES,
-            max_entry_bytes=REMEMBERED_THREAD_BYTES,
-        )
+        self.remembered: BoundedLru[str, ThreadRows] = _bounded()
+        self.written: BoundedLru[str, ThreadRows] = _bounded()
+        self._writing = threading.Lock()
+        self._puts_as_audited = _stock_put(saver)
+
+    def stored(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any) -> None:
+        """Know the node of a checkpoint the stock saver just stored (see the module
+        docstring); nothing for a saver whose `put` or serde is not the stock one, or a
+        checkpoint whose versions the serde would not give back as they are."""
+        if not self._puts_as_audited or self.drift:
+            return
+        configurable = config["configurable"]
+        try:
+            node = put_node(configurable["checkpoint_ns"], checkpoint, metadata, config)
+        except Exception:  # what the stock put stored is then read, never guessed
+            return
+        if node is None:
+            return
+        key = (node[0].checkpoint_ns, node[0].checkpoint_id)
+        with self._writing:
+            rows = dict(self.written.get(str(configurable["thread_id"])) or {})
+            rows[key] = Remembered(*node)
+            self.written.put(str(configurable["thread_id"]), rows)
+
+    def _rewriting(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        """Before `store_values` rewrites the row's payload: what was written there is
+        forgotten (a remembered row is told apart by its length alone)."""
+        self._forget_written(str(thread_id), {(checkpoint_ns, checkpoint_id)})
 
     def _lineage_rows(
         self, thread_id: str, newest: int | None
     ) -> Op[tuple[list[Row], Iterable[CheckpointNode]]]:
-        """The window's rows, the ones this backend remembers without their payload or
-        metadata; every node, and the thread's rows remembered as this load read them."""
+        """The window's rows, the ones this backend remembers or wrote without their payload
+        or metadata; every node, and the thread's rows remembered as this load read them."""
         known = self.remembered.get(thread_id) or {}
-        listed = [[ns, checkpoint_id, *r.validators] for (ns, checkpoint_id), r in known.items()]
-        params = {"thread_id": thread_id, "newest": newest, "known": json.dumps(listed)}
+        written = self.written.get(thread_id) or {}
+        listed = [[*key, r.validators[0], r.validators[2]] for key, r in written.items()]
+        params = {
+            "thread_id": thread_id,
+            "newest": newest,
+            "known": json.dumps([[*key, *r.validators] for key, r in known.items()]),
+            "written": json.dumps(listed),
+        }
         rows = yield Statement(self.sql.select_lineage, params, fetch=True)
         nodes: list[CheckpointNode] = []
         read: dict[NodeKey, Remembered] = {}
         for row in rows:
             key = (row["checkpoint_ns"], row["checkpoint_id"])
-            node = self._row_node(row, known.get(key) if row["remembered"] else None)
+            base = known.get(key) if row["remembered"] else None
+            if base is None and row["written"]:
+                base = written.get(key)
+            node = self._row_node(row, base)
             nodes.append(node)
             if (validators := _validators(row)) is not None:
                 read[key] = Remembered(node, validators)
@@ -121,12 +177,85 @@ class SqliteLineage(SqlBackend):
             self.remembered.put(thread_id, read)
         else:
             self.remembered.pop(thread_id)
+        self._forget_written(thread_id, read.keys())
         return rows, nodes
 
-    def _row_node(self, row: Row, remembered: Remembered | None) -> CheckpointNode:
-        """A row's node: the remembered one with the row's parent and write count, else
-        decoded from the row."""
-        if remembered is None:
+    def _row_node(self, row: Row, base: Remembered | None) -> CheckpointNode:
+        """A row's node: the one remembered or written, with the row's parent and write
+        count, else decoded from the row."""
+        if base is None:
             return self._node(row, row["write_count"])
         parent, writes = row["parent_checkpoint_id"], row["write_count"]
-        return dataclasses.replace(remembered.node, parent_id=parent, write_count=writes)
+        return dataclasses.replace(base.node, parent_id=parent, write_count=writes)
+
+    def _forget_written(self, thread_id: str, keys: Iterable[NodeKey]) -> None:
+        """Forget what this backend wrote at `keys` (read since, or rewritten)."""
+        with self._writing:
+            rows = self.written.get(thread_id)
+            if not rows:
+                return
+            left = {k: r for k, r in rows.items() if k not in set(keys)}
+            if left:
+                self.written.put(thread_id, left)
+            else:
+                self.written.pop(thread_id)
+
+
+def _bounded() -> BoundedLru[str, ThreadRows]:
+    return BoundedLru(
+        REMEMBERED_THREADS,
+        size_of=rows_bytes,
+        max_bytes=REMEMBERED_BYTES,
+        max_entry_bytes=REMEMBERED_THREAD_BYTES,
+    )
+
+
+def _stock_put(saver: Any) -> bool:
+    """Whether `saver` stores a checkpoint as the stock SQLite saver does, with its own
+    serde: what `put_node` builds a node from."""
+    stock = AsyncSqliteSaver if isinstance(saver, AsyncSqliteSaver) else SqliteSaver
+    serde: Any = type(getattr(saver, "serde", None))
+    return (
+        isinstance(saver, stock)
+        and type(saver).put is stock.put
+        and type(saver).aput is stock.aput
+        and serde.dumps_typed is JsonPlusSerializer.dumps_typed
+        and serde.loads_typed is JsonPlusSerializer.loads_typed
+    )
+
+
+PLAIN_VERSIONS = (str, int, float)
+"""The version types the serde gives back as they were put: a node built from the put
+checkpoint equals the node decoded from its row."""
+
+
+def put_node(
+    checkpoint_ns: str, checkpoint: Checkpoint, metadata: Any, config: RunnableConfig
+) -> tuple[CheckpointNode, Validators] | None:
+    """The node a load would decode from the row the stock saver's `put` writes, and what
+    that row holds (its payload's length unknown: 0); None where a version is not a
+    plain value (the row is read instead)."""
+    versions = checkpoint.get("channel_versions", {})
+    seen = checkpoint.get("versions_seen", {})
+    if not _plain(versions) or not all(_plain(s) for s in seen.values()):
+        return None
+    stored_metadata = sqlite_stored_metadata(config, metadata)
+    node = CheckpointNode(
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint["id"],
+        parent_id=None,  # read from the row
+        channel_versions=dict(versions),
+        versions_seen={node: dict(s) for node, s in seen.items()},
+        write_count=0,  # read from the row
+        metadata=json.loads(stored_metadata),
+        ts=checkpoint.get("ts", ""),
+        stored=frozenset(checkpoint.get("channel_values", {})),
+        format_version=CheckpointNode.format_version_of(checkpoint.get("v")),
+    )
+    return node, ("msgpack", 0, len(stored_metadata))
+
+
+def _plain(versions: Any) -> bool:
+    return isinstance(versions, Mapping) and all(
+        type(k) is str and type(v) in PLAIN_VERSIONS for k, v in versions.items()
+    )

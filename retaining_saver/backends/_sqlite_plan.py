@@ -168,8 +168,12 @@ class SqlitePlans(SqlBackend):
         stored = {c: delta_snapshot(value) for c, (_, value) in values.items()}
         checkpoint["channel_values"] = {**checkpoint.get("channel_values", {}), **stored}
         type_, payload = self.saver.serde.dumps_typed(checkpoint)
+        self._rewriting(*key)
         yield Statement(UPDATE_PAYLOAD_SQL, (type_, payload, *key))
         return True
+
+    def _rewriting(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        """Told before `store_values` rewrites a row's payload; by default nothing."""
 
     def delete_unreferenced_blobs(
         self, thread_id: str, candidates: Sequence[BlobKey], since: str = ""

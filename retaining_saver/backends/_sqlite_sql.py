@@ -82,23 +82,34 @@ WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND reclaimed_at
 # checkpoint's id, which the primary key finds newest first (`Lineage.window_start`,
 # on every row; '' for the whole thread: `newest` NULL, or no more root checkpoints).
 # A row `known` lists (a JSON array of [ns, id, type, payload bytes, metadata bytes],
-# each as the caller last read it) comes `remembered`, without its payload or its
-# metadata: `length` of a blob is read from the row's header, where the metadata,
-# stored after the payload, is reached only by walking the payload's overflow pages.
+# each as the caller last read it) comes `remembered`, and a row `written` lists (an
+# array of [ns, id, type, metadata bytes], as the caller put it) comes `written`: either
+# without its payload or its metadata. `length` of a blob is read from the row's
+# header, where the metadata, stored after the payload, is reached only by walking the
+# payload's overflow pages.
 SELECT_LINEAGE_SQL = """
 WITH known(checkpoint_ns, checkpoint_id, type, payload_length, metadata_length) AS (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
         json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]')
     FROM json_each(:known)
+), written(checkpoint_ns, checkpoint_id, type, metadata_length) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+        json_extract(value, '$[2]'), json_extract(value, '$[3]')
+    FROM json_each(:written)
 )
 SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type,
     length(c.checkpoint) AS payload_length, length(c.metadata) AS metadata_length,
     CASE WHEN (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.checkpoint),
-        length(c.metadata)) IN known THEN NULL ELSE c.checkpoint END AS checkpoint,
+        length(c.metadata)) IN known
+        OR (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.metadata)) IN written
+        THEN NULL ELSE c.checkpoint END AS checkpoint,
     CASE WHEN (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.checkpoint),
-        length(c.metadata)) IN known THEN NULL ELSE c.metadata END AS metadata,
+        length(c.metadata)) IN known
+        OR (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.metadata)) IN written
+        THEN NULL ELSE c.metadata END AS metadata,
     (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.checkpoint),
         length(c.metadata)) IN known AS remembered,
+    (c.checkpoint_ns, c.checkpoint_id, c.type, length(c.metadata)) IN written AS written,
     (
         SELECT COUNT(*) FROM writes AS w
         WHERE w.thread_id = c.thread_id

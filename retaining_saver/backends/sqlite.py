@@ -60,7 +60,7 @@ from retaining_saver.backends._sql_threads import ThreadTexts
 from retaining_saver.backends._sqlite_admission import SqliteAdmission
 from retaining_saver.backends._sqlite_compaction import Compaction, check_ratio, compaction
 from retaining_saver.backends._sqlite_lineage import SqliteLineage
-from retaining_saver.backends._sqlite_plan import SqlitePlans, node_fields, node_of
+from retaining_saver.backends._sqlite_plan import node_fields, node_of
 from retaining_saver.backends._sqlite_sql import (
     BEGIN_SQL,
     COMMIT_SQL,
@@ -274,7 +274,7 @@ async def _on_connection_thread(conn: aiosqlite.Connection, call: Callable[[], T
     return result
 
 
-class SqliteBackend(SqliteAdmission, SqliteLineage, SqlitePlans, SqliteStats, SqlResumes):
+class SqliteBackend(SqliteAdmission, SqliteLineage, SqliteStats, SqlResumes):
     """Backend over a `SqliteSaver` (sqlite3) or an `AsyncSqliteSaver` (aiosqlite)."""
 
     kind = "sqlite"

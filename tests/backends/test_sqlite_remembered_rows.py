@@ -162,7 +162,7 @@ def test_a_row_comes_without_payload_only_while_all_it_is_known_by_matches(
     _chat(saver, 2)
     saver.conn.row_factory = sqlite3.Row
     sql = SqliteBackend.sql.select_lineage
-    params: dict[str, Any] = {"thread_id": "t", "newest": None, "known": "[]"}
+    params: dict[str, Any] = {"thread_id": "t", "newest": None, "known": "[]", "written": "[]"}
     rows = saver.conn.execute(sql, params).fetchall()
     known = [[r[name] for name in _VALIDATED] for r in rows]
     changed = known[0][field]
@@ -277,33 +277,67 @@ def test_the_async_saver_remembers_rows_too(sqlite_path: str) -> None:
 
 # Any sequence of what happens to a thread's rows, between loads by one backend
 
+EVERY_RUN_KEPT = RetentionPolicy(history_keep_runs=1000, history_min_age=timedelta(0))
+"""A policy whose passes read the thread and delete nothing in these tests."""
 
-_steps = st.lists(
-    st.sampled_from(["run", "load", "window", "rewrite", "metadata", "delete", "write", "parent"]),
-    min_size=1,
-    max_size=14,
-)
+
+_CHANGES = ["run", "load", "window", "metadata", "delete", "write", "parent"]
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps=_steps, picks=st.lists(st.integers(0, 10**6), min_size=14, max_size=14))
+@given(
+    steps=st.lists(st.sampled_from([*_CHANGES, "rewrite"]), min_size=1, max_size=14),
+    picks=st.lists(st.integers(0, 10**6), min_size=14, max_size=14),
+)
 def test_any_history_of_changes_loads_what_a_fresh_backend_loads(
     steps: list[str], picks: list[int]
 ) -> None:
+    """A backend that remembers what it read, under every change to the rows, a payload
+    rewritten under its id (to another length) included."""
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     try:
         saver = SqliteSaver(conn)
         saver.setup()
         graph = chat_graph(saver)
         graph.invoke(turn(0), thread("t"))
-        backend = SqliteBackend(saver)
-        for n, (step, pick) in enumerate(zip(steps, picks, strict=False)):
-            _apply_step(saver, graph, step, pick, n)
-            if step in ("load", "window") or n == len(steps) - 1:
-                newest = 1 + pick % 6 if step == "window" else None
-                assert _load(backend, "t", newest) == _fresh(saver, "t", newest)
+        _check_history(saver, graph, SqliteBackend(saver), steps, picks)
     finally:
         conn.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.sampled_from(_CHANGES), min_size=1, max_size=14),
+    picks=st.lists(st.integers(0, 10**6), min_size=14, max_size=14),
+)
+def test_any_history_of_runs_through_the_wrapper_loads_what_a_fresh_backend_loads(
+    steps: list[str], picks: list[int]
+) -> None:
+    """Runs through a wrapper whose passes read the thread, so its backend also knows what
+    it wrote (and its admissions' passes load through it too). No payload is rewritten
+    here: a row the wrapper wrote is taken as put until its first load (the model's
+    limit, `_sqlite_lineage`); its metadata is checked by length."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        saver.setup()
+        wrapper = RetainingSaver(saver, retention=EVERY_RUN_KEPT)
+        graph = chat_graph(wrapper)
+        graph.invoke(turn(0), thread("t"))
+        assert isinstance(wrapper._backend, SqliteBackend)
+        _check_history(saver, graph, wrapper._backend, steps, picks)
+    finally:
+        conn.close()
+
+
+def _check_history(
+    saver: SqliteSaver, graph: Any, backend: SqliteBackend, steps: list[str], picks: list[int]
+) -> None:
+    for n, (step, pick) in enumerate(zip(steps, picks, strict=False)):
+        _apply_step(saver, graph, step, pick, n)
+        if step in ("load", "window") or n == len(steps) - 1:
+            newest = 1 + pick % 6 if step == "window" else None
+            assert _load(backend, "t", newest) == _fresh(saver, "t", newest)
 
 
 def _apply_step(saver: SqliteSaver, graph: Any, step: str, pick: int, n: int) -> None:
@@ -362,3 +396,108 @@ def test_a_foreign_rewrite_that_keeps_every_length_is_not_seen(saver: SqliteSave
     _rewrite(saver, key, metadata=json.dumps({"source": "loop", "step": 2}).encode())
     assert _load(backend, "t").nodes[key].metadata["step"] == 1
     assert _fresh(saver, "t").nodes[key].metadata["step"] == 2
+
+
+def test_what_the_wrapper_wrote_is_known_without_reading_it(
+    sqlite_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SqliteSaver.from_conn_string(sqlite_path) as inner:
+        wrapper = RetainingSaver(inner, retention=EVERY_RUN_KEPT)
+        backend = wrapper._backend
+        assert isinstance(backend, SqliteBackend)
+        decodes = _Decodes(backend, monkeypatch)
+        graph = build_chat_graph(wrapper)
+        config: Any = {
+            "configurable": {"thread_id": "t", "user_id": "u-1"},
+            "metadata": {"team": "ünïcode", "n": 3},
+        }
+        for i in range(3):
+            graph.invoke(chat_turn(i), config)
+        read = decodes.count  # the admissions' passes loaded the thread as it grew
+        assert backend.written.get("t")  # the last run's rows, not read yet
+        loaded = _load(backend, "t")
+        assert decodes.count == read  # nothing decoded: every row was written here
+        assert loaded == _fresh(inner, "t")
+        assert backend.written.get("t") is None  # remembered now, with the rows' lengths
+        assert all(n.metadata.get("team") == "ünïcode" for n in loaded.nodes.values())
+
+
+def test_a_written_row_whose_metadata_is_not_as_put_is_read(sqlite_path: str) -> None:
+    """What the stock put would have stored is checked against the row's metadata length:
+    a row that holds other metadata (a drifted put, another writer) is read."""
+    with SqliteSaver.from_conn_string(sqlite_path) as inner:
+        wrapper = RetainingSaver(inner, retention=EVERY_RUN_KEPT)
+        backend = wrapper._backend
+        assert isinstance(backend, SqliteBackend)
+        chat_graph(wrapper).invoke(turn(0), thread("t"))
+        written = backend.written.get("t") or {}
+        key = max(written, key=lambda k: k[1])
+        inner.conn.execute(
+            "UPDATE checkpoints SET metadata = ? WHERE thread_id = 't' AND checkpoint_ns = ?"
+            " AND checkpoint_id = ?",
+            (json.dumps({"source": "other", "step": 12345}).encode(), *key),
+        )
+        inner.conn.commit()
+        loaded = _load(backend, "t")
+        assert loaded == _fresh(inner, "t")
+        assert loaded.nodes[key].metadata["step"] == 12345
+
+
+class _OwnPut(SqliteSaver):
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        return super().put(*args, **kwargs)
+
+
+def test_a_saver_with_its_own_put_is_read_not_guessed(sqlite_conn: sqlite3.Connection) -> None:
+    """The wrapper passes such a saver through untouched; its backend, used alone (as the
+    engine does), builds no node from a put either."""
+    inner = _OwnPut(sqlite_conn)
+    inner.setup()
+    chat_graph(inner).invoke(turn(0), thread("t"))
+    found = inner.get_tuple(thread("t"))
+    assert found is not None
+    backend = SqliteBackend(inner)
+    backend.stored(found.config, found.checkpoint, found.metadata)
+    assert backend.written.get("t") is None
+    stock = SqliteBackend(SqliteSaver(sqlite_conn))
+    stock.stored(found.config, found.checkpoint, found.metadata)
+    assert stock.written.get("t") is not None
+
+
+def test_the_async_wrapper_knows_what_it_wrote(sqlite_path: str) -> None:
+    async def main() -> None:
+        async with AsyncSqliteSaver.from_conn_string(sqlite_path) as inner:
+            wrapper = RetainingSaver(inner, retention=EVERY_RUN_KEPT)
+            backend = wrapper._backend
+            assert isinstance(backend, SqliteBackend)
+            graph = chat_graph(wrapper)
+            for i in range(3):
+                await graph.ainvoke(turn(i), thread("t"))
+            await wrapper.asettle_history()
+            assert backend.written.get("t")
+            loaded = await arun(backend, backend.load_lineage("t"), Mode.READ)
+            fresh = SqliteBackend(inner)
+            assert loaded == await arun(fresh, fresh.load_lineage("t"), Mode.READ)
+
+    asyncio.run(main())
+
+
+def test_a_value_stored_at_a_written_row_forgets_what_was_written(
+    sqlite_conn: sqlite3.Connection,
+) -> None:
+    """A pass loads the rows it plans on first, so this is a guard: what `store_values`
+    rewrites is never taken as put."""
+    saver = SqliteSaver(sqlite_conn)
+    saver.setup()
+    chat_graph(saver, "delta").invoke(turn(0), thread("d"))
+    found = saver.get_tuple(thread("d"))
+    assert found is not None
+    backend = SqliteBackend(saver)
+    backend.stored(found.config, found.checkpoint, found.metadata)
+    key = ("", found.checkpoint["id"])
+    assert key in (backend.written.get("d") or {})
+    version = str(found.checkpoint["channel_versions"]["said"])
+    op = backend.store_values("d", *key, {"said": (version, ["user 0"])})
+    assert run(backend, op)
+    assert backend.written.get("d") is None
+    assert _load(backend, "d") == _fresh(saver, "d")

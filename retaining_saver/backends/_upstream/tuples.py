@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.sqlite.utils import load_pending_writes
 
@@ -71,6 +72,12 @@ def sqlite_metadata(row: Any) -> dict[str, Any]:
     """A SQLite row's metadata, stored as UTF-8 JSON."""
     loaded: dict[str, Any] = json.loads(row["metadata"]) if row["metadata"] is not None else {}
     return loaded
+
+
+def sqlite_stored_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> bytes:
+    """The metadata column a SQLite saver's `put` writes for a checkpoint put at `config`."""
+    merged = get_checkpoint_metadata(config, metadata)
+    return json.dumps(merged, ensure_ascii=False).encode("utf-8", "ignore")
 
 
 def sqlite_writes(saver: Any, rows: Any) -> list[PendingWrite]:
