@@ -190,11 +190,12 @@ class SqliteLineage(SqlitePlans):
 
     def _forget_written(self, thread_id: str, keys: Iterable[NodeKey]) -> None:
         """Forget what this backend wrote at `keys` (read since, or rewritten)."""
+        gone = set(keys)
         with self._writing:
             rows = self.written.get(thread_id)
             if not rows:
                 return
-            left = {k: r for k, r in rows.items() if k not in set(keys)}
+            left = {k: r for k, r in rows.items() if k not in gone}
             if left:
                 self.written.put(thread_id, left)
             else:
