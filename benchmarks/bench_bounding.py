@@ -61,12 +61,15 @@ column is over windows of 6 consecutive repetitions (one pass each).
     what the admissions allocate. Each stretch prints the full collections it
     paid, beside one `gc.collect()` of the process's heap timed before it.
 
-(c) and (f) print the full cyclic collections each side's timed runs paid: one of
+(c), (f) and (g) print the full cyclic collections each side's timed runs paid: one of
 the whole heap (the imports' objects) costs tens of ms, several runs' worth, on
 whichever side it falls. With `--freeze` the process's objects are frozen before
 their timed runs, so that a collection scans only what the runs keep alive.
 
-(b), (c) and (f) grow the tables many times over; on Postgres each ANALYZEs them
+The runs themselves, and how a figure is read from their times, are in
+`_bounding_runs.py`.
+
+(b), (c), (f) and (g) grow the tables many times over; on Postgres each ANALYZEs them
 (untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
 growing table's statistics (`side_by_side(..., growing=)`).
 
@@ -77,29 +80,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import operator
-import statistics
 import tempfile
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import Annotated, Any, TypedDict
+from collections.abc import Sequence
+from typing import Any
 
 import _common
 import bench_admission as admission
 import bench_storage as storage
+from _bounding_runs import (
+    HORIZON,
+    MESSAGES,
+    RETENTION,
+    STATE,
+    both,
+    chat_figure,
+    frozen_label,
+    model_figure,
+    unzeroed_chat_figure,
+    whole_runs,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
 
-from retaining_saver import RetainingSaver, RetentionPolicy, StorageStats
-from retaining_saver._rooms import slack_runs
+from retaining_saver import RetainingSaver, StorageStats
 from retaining_saver.testing.checks import integrity
-from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread, turn
+from retaining_saver.testing.graphs import chat_graph, thread, turn
 
-HORIZON = 10
-RETENTION = RetentionPolicy(history_keep_runs=HORIZON, history_min_age=timedelta(0))
 GROWTH_GOAL = 1.2
-MODEL_SECONDS = 0.02
 
 
 # Storage
@@ -233,167 +239,6 @@ async def admission_figures(
     return figures
 
 
-def frozen_label(frozen: bool) -> str:
-    return ", objects frozen" if frozen else ""
-
-
-async def whole_runs(
-    kind: str,
-    label: str,
-    reps: int,
-    calls: dict[str, Any],
-    inner: BaseCheckpointSaver[Any],
-    frozen: bool,
-) -> dict[str, list[float]]:
-    """`side_by_side` for (c) and (f), printing the full collections each side paid: one
-    of the whole heap costs tens of ms, several runs' worth, wherever it falls."""
-    paid: dict[str, list[float]] = {}
-    times = await admission.side_by_side(reps, calls, growing=inner, paid=paid, frozen=frozen)
-    sides = ", ".join(f"{name} {len(ms)} ({sum(ms):.0f} ms)" for name, ms in sorted(paid.items()))
-    print(f"{kind}: {label}: full collections in the timed runs: {sides}")
-    return times
-
-
-def both(
-    kind: str,
-    what: str,
-    times: dict[str, list[float]],
-    goal: float,
-    mean: str = "mean (amortised)",
-) -> list[Any]:
-    """The ratio of medians (a typical admission) and the ratio of means (what admissions
-    cost on average, passes included), side by side with the bare calls."""
-    wrapped, bare = times["wrapped"], times["bare"]
-    median = admission.figure(kind, f"{what}, median", wrapped, bare, goal)
-    # Paired over windows of one slack cycle (each holds one pass): amortised ratios.
-    cycle = slack_runs(HORIZON) + 1
-    windows = [
-        sum(wrapped[i : i + cycle]) / sum(bare[i : i + cycle])
-        for i in range(0, len(wrapped) - cycle + 1, cycle)
-    ]
-    ratio = statistics.fmean(wrapped) / statistics.fmean(bare)
-    paired = (_common.quantile(windows, 0.25), _common.median(windows))
-    mean = admission.Figure(
-        kind,
-        f"{what}, {mean}",
-        ratio,
-        (*paired, _common.quantile(windows, 0.75)),
-        statistics.fmean(wrapped),
-        statistics.fmean(bare),
-        goal,
-        len(windows),
-    )
-    return [median, mean]
-
-
-class _Said(TypedDict, total=False):
-    said: Annotated[list[str], operator.add]
-
-
-async def _model(state: _Said) -> _Said:
-    await asyncio.sleep(MODEL_SECONDS)  # a model call: the run waits, the process does not
-    return {"said": ["x" * 2000]}
-
-
-async def model_figure(kind: str, inner: BaseCheckpointSaver[Any]) -> Any:
-    """(e): a run whose one node awaits `MODEL_SECONDS`, at a horizon of 4 runs (a pass
-    every 3 runs): the runs whose admission ran a pass over the others."""
-    saver = RetainingSaver(inner, retention=dataclasses.replace(RETENTION, history_keep_runs=4))
-    graph = StateGraph(_Said)
-    graph.add_node("model", _model)
-    graph.add_edge(START, "model")
-    graph.add_edge("model", END)
-    app = graph.compile(checkpointer=saver)
-    passing: list[float] = []
-    others: list[float] = []
-    for i in range(60):
-        passes = saver.counters.history_reclaimed
-        elapsed, _ = await admission.timed(lambda i=i: app.ainvoke({"said": [str(i)]}, thread("e")))
-        await saver.asettle_history()  # untimed: it finished before the run's first write
-        (passing if saver.counters.history_reclaimed > passes else others).append(elapsed)
-    what = f"(e) {MODEL_SECONDS * 1000:.0f} ms node: runs with a pass / without ({len(passing)})"
-    return admission.figure(kind, what, passing, others[-len(passing) :], None, "us")
-
-
-MESSAGE_TURNS = 100
-STATE_TURNS = 50
-
-
-@dataclasses.dataclass(frozen=True)
-class Chat:
-    """A chat whose whole runs (f) and (g) time: its graph, its turns, where it starts."""
-
-    label: str
-    graph: Callable[[BaseCheckpointSaver[Any]], Any]
-    turn: Callable[[int], dict[str, Any]]
-    turns_in: int
-    reps: Callable[[int], int] = lambda reps: reps
-
-
-MESSAGES = Chat(f"(f) a message chat {MESSAGE_TURNS} turns in", build_chat_graph, chat_turn, 100)
-STATE = Chat(
-    f"(g) the storage chat {STATE_TURNS} turns in",
-    chat_graph,
-    storage.user_turn,
-    STATE_TURNS,
-    lambda reps: max(30, reps // 4),  # each run writes the whole state: a few MB at the end
-)
-
-
-async def chat_figure(
-    kind: str,
-    inner: BaseCheckpointSaver[Any],
-    reps: int,
-    chat: Chat,
-    how: str = "",
-    frozen: bool = False,
-) -> Any:
-    """(f), (g): (c)'s whole runs for `chat`, `chat.turns_in` turns in, on a fresh pair of
-    threads; `how` names the conditions, if not the store's own."""
-    saver = RetainingSaver(inner, retention=RETENTION)
-    wrapped, bare = chat.graph(saver), chat.graph(inner)
-    name = chat.label.split()[0].strip("()")
-    wrapped_thread, bare_thread = thread(f"{name}-wrapped{how}"), thread(f"{name}-bare{how}")
-    for i in range(chat.turns_in):
-        await wrapped.ainvoke(chat.turn(i), wrapped_thread)
-        await bare.ainvoke(chat.turn(i), bare_thread)
-    await saver.asettle_history()
-    runs = iter(range(chat.turns_in, 10**9))
-
-    async def wrapped_run() -> None:
-        await wrapped.ainvoke(chat.turn(next(runs)), wrapped_thread)
-        await saver.asettle_history()
-
-    label = f"{chat.label}{how}{frozen_label(frozen)}"
-    calls = {
-        "wrapped": wrapped_run,
-        "bare": lambda: bare.ainvoke(chat.turn(next(runs)), bare_thread),
-    }
-    times = await whole_runs(kind, label, chat.reps(reps), calls, inner, frozen)
-    return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
-
-
-async def unzeroed_chat_figure(
-    kind: str, inner: BaseCheckpointSaver[Any], reps: int, chat: Chat, frozen: bool
-) -> Any:
-    """`chat_figure` again with `PRAGMA secure_delete = 0` on the saver's connection, where
-    SQLite zeroes deleted content (as Debian's build does by default): what a pass's
-    deletes cost without overwriting each freed page. None elsewhere. The library never
-    changes the setting: it is the app's (deleted conversations stay readable in free
-    pages)."""
-    if kind != "sqlite":
-        return None
-    conn = inner.conn  # type: ignore[attr-defined]
-    setting = (await (await conn.execute("PRAGMA secure_delete")).fetchone())[0]
-    if not setting:
-        return None
-    await conn.execute("PRAGMA secure_delete = 0")
-    try:
-        return await chat_figure(kind, inner, reps, chat, ", secure_delete=0", frozen)
-    finally:
-        await conn.execute(f"PRAGMA secure_delete = {int(setting)}")
-
-
 def checkpoint_rows(held: StorageStats) -> int:
     """The rows of the thread's checkpoint table (`storage` in memory), by name."""
     return held.tables["storage" if "storage" in held.tables else "checkpoints"].rows
@@ -450,7 +295,7 @@ def main() -> None:
     parser.add_argument(
         "--freeze",
         action="store_true",
-        help="freeze the process's objects (gc.freeze) before (c)'s and (f)'s timed runs",
+        help="freeze the process's objects (gc.freeze) before the whole runs of (c), (f), (g)",
     )
     args = parser.parse_args()
     kinds = [k.strip() for k in args.backends.split(",") if k.strip()]

@@ -26,6 +26,7 @@ from retaining_saver._transact import arun, run
 from retaining_saver.backends import _sqlite_lineage
 from retaining_saver.backends._base import Mode
 from retaining_saver.backends._sqlite_plan import checkpoint_of
+from retaining_saver.backends._upstream.tuples import sqlite_stored_metadata
 from retaining_saver.backends.sqlite import SqliteBackend
 from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread, turn
 
@@ -501,3 +502,56 @@ def test_a_value_stored_at_a_written_row_forgets_what_was_written(
     assert run(backend, op)
     assert backend.written.get("d") is None
     assert _load(backend, "d") == _fresh(saver, "d")
+
+
+@pytest.mark.parametrize("saver_class", [SqliteSaver, AsyncSqliteSaver])
+def test_the_stock_put_stores_what_a_written_node_is_built_from(
+    sqlite_path: str, saver_class: type[Any]
+) -> None:
+    """What `put_node` copies from the stock savers' `put`, row by row: the payload is
+    the serde's dump of the checkpoint, the metadata `sqlite_stored_metadata`'s encoding
+    (same keys and values, same byte length). A version of the saver that encodes either
+    otherwise fails here; one that merges the config's keys otherwise fails
+    `test_what_the_wrapper_wrote_is_known_without_reading_it`."""
+
+    async def main() -> None:
+        async with AsyncSqliteSaver.from_conn_string(sqlite_path) as inner:
+            await chat_graph(inner).ainvoke(turn(0), _meta_config())
+            await _check_rows(inner)
+
+    if saver_class is AsyncSqliteSaver:
+        asyncio.run(main())
+        return
+    with SqliteSaver.from_conn_string(sqlite_path) as inner:
+        chat_graph(inner).invoke(turn(0), _meta_config())
+        cur = inner.conn.execute(_PUT_ROWS_SQL)
+        _check_put_rows(inner, list(inner.list(_meta_config())), cur.fetchall())
+
+
+_PUT_ROWS_SQL = "SELECT checkpoint_id, type, checkpoint, metadata FROM checkpoints"
+
+
+def _meta_config() -> Any:
+    return {"configurable": {"thread_id": "t", "user_id": "u"}, "metadata": {"team": "é"}}
+
+
+async def _check_rows(inner: AsyncSqliteSaver) -> None:
+    tuples = [t async for t in inner.alist(_meta_config())]
+    async with inner.conn.execute(_PUT_ROWS_SQL) as cur:
+        rows = await cur.fetchall()
+    _check_put_rows(inner, tuples, rows)
+
+
+def _check_put_rows(inner: Any, tuples: list[Any], rows: list[Any]) -> None:
+    by_id = {row[0]: row for row in rows}
+    assert tuples and len(by_id) == len(tuples)
+    for found in tuples:
+        _, type_, payload, metadata = by_id[found.checkpoint["id"]]
+        assert (type_, payload) == inner.serde.dumps_typed(found.checkpoint)
+        put_config = {**_meta_config(), "configurable": {**_meta_config()["configurable"]}}
+        put_config["configurable"]["checkpoint_ns"] = ""
+        # The run's metadata as put: the stored keys minus what the saver merged in.
+        assert json.loads(metadata) == json.loads(
+            sqlite_stored_metadata(put_config, {**found.metadata})
+        )
+        assert len(metadata) == len(sqlite_stored_metadata(put_config, {**found.metadata}))
