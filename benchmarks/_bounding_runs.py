@@ -116,18 +116,25 @@ STATE_TURNS = 50
 
 @dataclasses.dataclass(frozen=True)
 class Chat:
-    """A chat whose whole runs (f) and (g) time: its graph, its turns, where it starts."""
+    """A chat whose whole runs (f) and (g) time: its figure's letter (which also names its
+    threads), what it is, its graph, its turns, where it starts."""
 
-    label: str
+    figure: str
+    what: str
     graph: Callable[[BaseCheckpointSaver[Any]], Any]
     turn: Callable[[int], dict[str, Any]]
     turns_in: int
     reps: Callable[[int], int] = lambda reps: reps
 
+    @property
+    def label(self) -> str:
+        return f"({self.figure}) {self.what} {self.turns_in} turns in"
 
-MESSAGES = Chat(f"(f) a message chat {MESSAGE_TURNS} turns in", build_chat_graph, chat_turn, 100)
+
+MESSAGES = Chat("f", "a message chat", build_chat_graph, chat_turn, MESSAGE_TURNS)
 STATE = Chat(
-    f"(g) the storage chat {STATE_TURNS} turns in",
+    "g",
+    "the storage chat",
     chat_graph,
     storage.user_turn,
     STATE_TURNS,
@@ -147,8 +154,8 @@ async def chat_figure(
     threads; `how` names the conditions, if not the store's own."""
     saver = RetainingSaver(inner, retention=RETENTION)
     wrapped, bare = chat.graph(saver), chat.graph(inner)
-    name = chat.label.split()[0].strip("()")
-    wrapped_thread, bare_thread = thread(f"{name}-wrapped{how}"), thread(f"{name}-bare{how}")
+    wrapped_thread = thread(f"{chat.figure}-wrapped{how}")
+    bare_thread = thread(f"{chat.figure}-bare{how}")
     for i in range(chat.turns_in):
         await wrapped.ainvoke(chat.turn(i), wrapped_thread)
         await bare.ainvoke(chat.turn(i), bare_thread)

@@ -129,6 +129,8 @@ class WritesMixin(DelegatingSaver):
         put = (config, checkpoint, metadata, new_versions)
         stored = yield Call(super().put, super().aput, put)
         self._remember_stamp(config, checkpoint, metadata)
+        if self.retention is not None and self._backend is not None:
+            self._backend.stored(config, checkpoint, metadata)  # the passes will read it
         return cast(RunnableConfig, stored)
 
     def _put_writes(
@@ -180,12 +182,9 @@ class WritesMixin(DelegatingSaver):
     def _remember_stamp(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
-        """Once stored: the root put this process wrote, which may be a stamp; and, where
-        the `retention` policy's passes will read the thread, its node (`Backend.stored`)."""
+        """Once stored: the root put this process wrote, which may be a stamp."""
         if self._stamps is not None:
             self._stamps.remember(config, checkpoint, metadata)
-        if self.retention is not None and self._backend is not None:
-            self._backend.stored(config, checkpoint, metadata)
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)

@@ -129,18 +129,18 @@ class SqliteLineage(SqlitePlans):
         checkpoint whose versions the serde would not give back as they are."""
         if not self._puts_as_audited or self.drift:
             return
-        configurable = config["configurable"]
         try:
-            node = put_node(configurable["checkpoint_ns"], checkpoint, metadata, config)
+            node = put_node(checkpoint, metadata, config)
         except Exception:  # what the stock put stored is then read, never guessed
             return
         if node is None:
             return
+        thread_id = str(config["configurable"]["thread_id"])
         key = (node[0].checkpoint_ns, node[0].checkpoint_id)
         with self._writing:
-            rows = dict(self.written.get(str(configurable["thread_id"])) or {})
+            rows = dict(self.written.get(thread_id) or {})
             rows[key] = Remembered(*node)
-            self.written.put(str(configurable["thread_id"]), rows)
+            self.written.put(thread_id, rows)
 
     def _rewriting(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
         """Before `store_values` rewrites the row's payload: what was written there is
@@ -177,7 +177,8 @@ class SqliteLineage(SqlitePlans):
             self.remembered.put(thread_id, read)
         else:
             self.remembered.pop(thread_id)
-        self._forget_written(thread_id, read.keys())
+        if written:
+            self._forget_written(thread_id, read.keys())
         return rows, nodes
 
     def _row_node(self, row: Row, base: Remembered | None) -> CheckpointNode:
@@ -231,7 +232,7 @@ checkpoint equals the node decoded from its row."""
 
 
 def put_node(
-    checkpoint_ns: str, checkpoint: Checkpoint, metadata: Any, config: RunnableConfig
+    checkpoint: Checkpoint, metadata: Any, config: RunnableConfig
 ) -> tuple[CheckpointNode, Validators] | None:
     """The node a load would decode from the row the stock saver's `put` writes, and what
     that row holds (its payload's length unknown: 0); None where a version is not a
@@ -242,7 +243,7 @@ def put_node(
         return None
     stored_metadata = sqlite_stored_metadata(config, metadata)
     node = CheckpointNode(
-        checkpoint_ns=checkpoint_ns,
+        checkpoint_ns=config["configurable"]["checkpoint_ns"],
         checkpoint_id=checkpoint["id"],
         parent_id=None,  # read from the row
         channel_versions=dict(versions),
