@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 
 from retaining_saver import RetainingSaver, RetentionPolicy
 from retaining_saver._rooms import slack_runs
-from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread
+from retaining_saver.testing.graphs import build_chat_graph, chat_graph, chat_turn, thread, turn
 
 HORIZON = 10
 RETENTION = RetentionPolicy(history_keep_runs=HORIZON, history_min_age=timedelta(0))
@@ -116,8 +116,8 @@ STATE_TURNS = 50
 
 @dataclasses.dataclass(frozen=True)
 class Chat:
-    """A chat whose whole runs (f) and (g) time: its figure's letter (which also names its
-    threads), what it is, its graph, its turns, where it starts."""
+    """A chat whose whole runs (f), (g) and (h) time: its figure's letter (which also names
+    its threads), what it is, its graph, its turns, where it starts, the wrapper's policy."""
 
     figure: str
     what: str
@@ -125,6 +125,7 @@ class Chat:
     turn: Callable[[int], dict[str, Any]]
     turns_in: int
     reps: Callable[[int], int] = lambda reps: reps
+    policy: RetentionPolicy = RETENTION
 
     @property
     def label(self) -> str:
@@ -140,6 +141,15 @@ STATE = Chat(
     STATE_TURNS,
     lambda reps: max(30, reps // 4),  # each run writes the whole state: a few MB at the end
 )
+TTL_TURNS = 300
+UNDER_TTL = Chat(
+    "h",
+    "the chat under an hour's TTL,",
+    chat_graph,
+    turn,
+    TTL_TURNS,
+    policy=dataclasses.replace(RETENTION, history_min_age=timedelta(hours=1)),
+)
 
 
 async def chat_figure(
@@ -150,9 +160,9 @@ async def chat_figure(
     how: str = "",
     frozen: bool = False,
 ) -> Any:
-    """(f), (g): (c)'s whole runs for `chat`, `chat.turns_in` turns in, on a fresh pair of
-    threads; `how` names the conditions, if not the store's own."""
-    saver = RetainingSaver(inner, retention=RETENTION)
+    """(f), (g), (h): (c)'s whole runs for `chat`, `chat.turns_in` turns in, on a fresh pair
+    of threads; `how` names the conditions, if not the store's own."""
+    saver = RetainingSaver(inner, retention=chat.policy)
     wrapped, bare = chat.graph(saver), chat.graph(inner)
     wrapped_thread = thread(f"{chat.figure}-wrapped{how}")
     bare_thread = thread(f"{chat.figure}-bare{how}")

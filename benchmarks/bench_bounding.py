@@ -51,6 +51,11 @@ column is over windows of 6 consecutive repetitions (one pass each).
     the state), 50 turns in, with a quarter of the repetitions (at least 30):
     each run writes the whole state four times, a few MB by the end. The chat
     the issue's goal names. Measured again with `secure_delete = 0` as (f) is.
+(h) (c)'s chat under the README's example policy, `history_min_age` of an hour,
+    300 turns in: every run is younger than the TTL, so no pass deletes and
+    admissions skip it; what each run costs while a thread waits for its TTL
+    (on SQLite, each put tells the backend the node it wrote, `_sqlite_lineage`,
+    and hundreds wait for the first pass). Ratio of means. Goal: (c)'s.
 (d) a legacy thread of 10,000 checkpoints (runs of 4, written straight to the
     store): how many `aadmit` calls bring it to the horizon, each capped at 64
     deletions, and the slowest of them over their median. Goal <= 5x. Twice: as
@@ -61,7 +66,7 @@ column is over windows of 6 consecutive repetitions (one pass each).
     what the admissions allocate. Each stretch prints the full collections it
     paid, beside one `gc.collect()` of the process's heap timed before it.
 
-(c), (f) and (g) print the full cyclic collections each side's timed runs paid: one of
+(c), (f), (g) and (h) print the full cyclic collections each side's timed runs paid: one of
 the whole heap (the imports' objects) costs tens of ms, several runs' worth, on
 whichever side it falls. With `--freeze` the process's objects are frozen before
 their timed runs, so that a collection scans only what the runs keep alive.
@@ -69,7 +74,7 @@ their timed runs, so that a collection scans only what the runs keep alive.
 The runs themselves, and how a figure is read from their times, are in
 `_bounding_runs.py`.
 
-(b), (c), (f) and (g) grow the tables many times over; on Postgres each ANALYZEs them
+(b), (c), (f), (g) and (h) grow the tables many times over; on Postgres each ANALYZEs them
 (untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
 growing table's statistics (`side_by_side(..., growing=)`).
 
@@ -92,6 +97,7 @@ from _bounding_runs import (
     MESSAGES,
     RETENTION,
     STATE,
+    UNDER_TTL,
     both,
     chat_figure,
     frozen_label,
@@ -234,6 +240,7 @@ async def admission_figures(
             unzeroed = await unzeroed_chat_figure(kind, inner, reps, chat, frozen)
             if unzeroed is not None:
                 figures.append(unzeroed)
+        figures.append(await chat_figure(kind, inner, reps, UNDER_TTL, frozen=frozen))
         figures.append(await model_figure(kind, inner))
         figures += await legacy_figure(kind, saver)
     return figures
@@ -295,7 +302,7 @@ def main() -> None:
     parser.add_argument(
         "--freeze",
         action="store_true",
-        help="freeze the process's objects (gc.freeze) before the whole runs of (c), (f), (g)",
+        help="freeze the process's objects (gc.freeze) before the whole runs of (c), (f), (g), (h)",
     )
     args = parser.parse_args()
     kinds = [k.strip() for k in args.backends.split(",") if k.strip()]

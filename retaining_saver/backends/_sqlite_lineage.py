@@ -85,25 +85,44 @@ Validators = tuple[str, int, int]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Remembered:
-    """A node a lineage load built, and what its row held when it was read."""
+    """A node a lineage load built, and what its row held when it was read; `size`: about
+    how many bytes it holds (a fixed cost a node, one per version entry, and the metadata
+    as decoded, a few times its JSON), counted once."""
 
     node: CheckpointNode
     validators: Validators
+    size: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        node = self.node
+        entries = len(node.channel_versions) + sum(len(s) for s in node.versions_seen.values())
+        object.__setattr__(self, "size", 400 + 100 * entries + 4 * self.validators[2])
 
 
-ThreadRows = Mapping[NodeKey, Remembered]
+class ThreadRows(dict[NodeKey, Remembered]):
+    """One thread's remembered (or written) rows, with the bytes they hold kept as rows come
+    and go (`add`, `discard`): bounding a map a put adds to costs nothing per row in it."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def add(self, key: NodeKey, remembered: Remembered) -> None:
+        self.discard(key)
+        self[key] = remembered
+        self.bytes += remembered.size
+
+    def discard(self, key: NodeKey) -> None:
+        gone = self.pop(key, None)
+        if gone is not None:
+            self.bytes -= gone.size
 
 
-def rows_bytes(rows: ThreadRows) -> int:
-    """About how many bytes a thread's remembered nodes hold: a fixed cost a node, one
-    per version entry, and the metadata as decoded (a few times its JSON)."""
-    return sum(_node_bytes(r) for r in rows.values())
-
-
-def _node_bytes(remembered: Remembered) -> int:
-    node = remembered.node
-    entries = len(node.channel_versions) + sum(len(seen) for seen in node.versions_seen.values())
-    return 400 + 100 * entries + 4 * remembered.validators[2]
+def rows_bytes(rows: Mapping[NodeKey, Remembered]) -> int:
+    """About how many bytes a thread's remembered nodes hold (see `Remembered.size`)."""
+    return rows.bytes if isinstance(rows, ThreadRows) else sum(r.size for r in rows.values())
 
 
 def _validators(row: Row) -> Validators | None:
@@ -137,10 +156,10 @@ class SqliteLineage(SqlitePlans):
             return
         thread_id = str(config["configurable"]["thread_id"])
         key = (node[0].checkpoint_ns, node[0].checkpoint_id)
-        with self._writing:
-            rows = dict(self.written.get(thread_id) or {})
-            rows[key] = Remembered(*node)
-            self.written.put(thread_id, rows)
+        with self._writing:  # in place: a put costs one row, however many are written
+            rows = self.written.get(thread_id) or ThreadRows()
+            rows.add(key, Remembered(*node))
+            self.written.put(thread_id, rows)  # its bytes counted again
 
     def _rewriting(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
         """Before `store_values` rewrites the row's payload: what was written there is
@@ -152,8 +171,9 @@ class SqliteLineage(SqlitePlans):
     ) -> Op[tuple[list[Row], Iterable[CheckpointNode]]]:
         """The window's rows, the ones this backend remembers or wrote without their payload
         or metadata; every node, and the thread's rows remembered as this load read them."""
-        known = self.remembered.get(thread_id) or {}
-        written = self.written.get(thread_id) or {}
+        known: Mapping[NodeKey, Remembered] = self.remembered.get(thread_id) or {}
+        with self._writing:  # a copy: a put of another namespace may add to the map
+            written: dict[NodeKey, Remembered] = dict(self.written.get(thread_id) or {})
         listed = [[*key, r.validators[0], r.validators[2]] for key, r in written.items()]
         params = {
             "thread_id": thread_id,
@@ -163,7 +183,7 @@ class SqliteLineage(SqlitePlans):
         }
         rows = yield Statement(self.sql.select_lineage, params, fetch=True)
         nodes: list[CheckpointNode] = []
-        read: dict[NodeKey, Remembered] = {}
+        read = ThreadRows()
         for row in rows:
             key = (row["checkpoint_ns"], row["checkpoint_id"])
             base = known.get(key) if row["remembered"] else None
@@ -172,7 +192,7 @@ class SqliteLineage(SqlitePlans):
             node = self._row_node(row, base)
             nodes.append(node)
             if (validators := _validators(row)) is not None:
-                read[key] = Remembered(node, validators)
+                read.add(key, Remembered(node, validators))
         if read:
             self.remembered.put(thread_id, read)
         else:
@@ -186,19 +206,21 @@ class SqliteLineage(SqlitePlans):
         count, else decoded from the row."""
         if base is None:
             return self._node(row, row["write_count"])
-        parent, writes = row["parent_checkpoint_id"], row["write_count"]
-        return dataclasses.replace(base.node, parent_id=parent, write_count=writes)
+        node, parent, writes = base.node, row["parent_checkpoint_id"], row["write_count"]
+        if node.parent_id == parent and node.write_count == writes:
+            return node  # as most are: frozen, so shared with the last load's
+        return dataclasses.replace(node, parent_id=parent, write_count=writes)
 
     def _forget_written(self, thread_id: str, keys: Iterable[NodeKey]) -> None:
         """Forget what this backend wrote at `keys` (read since, or rewritten)."""
-        gone = set(keys)
         with self._writing:
             rows = self.written.get(thread_id)
             if not rows:
                 return
-            left = {k: r for k, r in rows.items() if k not in gone}
-            if left:
-                self.written.put(thread_id, left)
+            for key in keys:
+                rows.discard(key)
+            if rows:
+                self.written.put(thread_id, rows)  # its bytes counted again
             else:
                 self.written.pop(thread_id)
 

@@ -233,6 +233,63 @@ def test_what_is_remembered_is_bounded(saver: SqliteSaver, monkeypatch: pytest.M
     assert small.remembered.get("c") is None  # too large a thread is read, not remembered
 
 
+def _counted_bytes(rows: _sqlite_lineage.ThreadRows) -> int:
+    return sum(r.size for r in rows.values())
+
+
+def test_a_put_adds_one_row_to_what_was_written_and_its_bytes(saver: SqliteSaver) -> None:
+    """What a thread's puts wrote is one map, grown in place with its bytes counted as rows
+    come and go: a put costs one row however many were written before it (a map copied or
+    re-counted at each put made a thread's puts cost the square of its length)."""
+    graph = chat_graph(saver)
+    backend = SqliteBackend(saver)
+    written = None
+    for i in range(3):
+        graph.invoke(turn(i), thread("t"))
+        for found in saver.list(thread("t"), limit=4):
+            backend.stored(found.config, found.checkpoint, found.metadata)
+        rows = backend.written.get("t")
+        assert rows is not None and (written is None or rows is written)
+        written = rows
+        assert rows.bytes == _counted_bytes(rows) == backend.written.bytes
+    assert written is not None
+    some = sorted(written)[:3]
+    backend._forget_written("t", some)
+    assert not set(some) & set(written)
+    assert written.bytes == _counted_bytes(written) == backend.written.bytes > 0
+    assert _load(backend, "t") == _fresh(saver, "t")
+    assert backend.written.get("t") is None and backend.written.bytes == 0
+    remembered = backend.remembered.get("t")
+    assert remembered is not None
+    assert remembered.bytes == _counted_bytes(remembered) == backend.remembered.bytes
+
+
+def test_a_remembered_node_is_shared_until_its_row_moves(saver: SqliteSaver) -> None:
+    """A second load hands back the very nodes of the first where the row's parent and
+    write count are unchanged, and a new node where one of them moved."""
+    graph = _chat(saver, 3)
+    backend = SqliteBackend(saver)
+    first = _load(backend, "t")
+    head = max(first.nodes, key=lambda k: k[1])
+    graph.update_state(thread("t"), None)  # the head gains a child: its parent row stays
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": head[1]}}
+    saver.put_writes(config, [("said", "pending")], "task-1")
+    second = _load(backend, "t")
+    assert second == _fresh(saver, "t")
+    for key, node in first.nodes.items():
+        assert (second.nodes[key] is node) == (key != head)
+    assert second.nodes[head].write_count == _node_writes(saver, head) > 0
+
+
+def _node_writes(saver: SqliteSaver, key: tuple[str, str]) -> int:
+    cur = saver.conn.execute(
+        "SELECT count(*) FROM writes WHERE thread_id = 't' AND checkpoint_ns = ?"
+        " AND checkpoint_id = ?",
+        key,
+    )
+    return int(cur.fetchone()[0])
+
+
 def test_a_value_stored_whole_is_seen_by_the_next_load(sqlite_path: str) -> None:
     """A history pass under `delta_graph` stores values whole at a new root: the payload
     grows, and the next load of that backend reads the row again."""
