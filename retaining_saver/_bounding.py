@@ -26,11 +26,13 @@ transaction. What differs from `enforce_thread_retention`:
 - a failure never fails the run: it is logged once and counted.
 
 When the pass runs. A sync admission read, `admit`/`aadmit`, and an async
-admission read under a policy with `delta_graph`, run it before they answer
+admission read under a policy with `delta_graph` or one whose plans reshape the
+head's row (a horizon of 0 runs, keep_latest, step compaction:
+`reshapes_the_head`), run it before they answer
 (bounded by the cap), so the run reads a thread the pass is done with. Deleting
 older runs leaves what the head reads unchanged, so the head is read again only
 when the pass changed its own row (made it a root, re-parented it, stored its
-values whole). An async admission read under a policy without `delta_graph`
+values whole). Any other async admission read
 answers first, and leaves the pass (`Later`) to a task that the thread's lock
 is handed to (`ThreadLocks.hand_over`): the lock is held from the admission to
 the pass's end without a gap, in one bounded step, so the run's first write,
@@ -41,7 +43,10 @@ meanwhile. What keeps this safe, where the run already holds the head:
 
 - the pass carries out only a plan that leaves the head's row as the run read
   it (`sparing`): a plan that would make it a root, re-parent it or store
-  values at it does nothing, and defers its deletions to the next admission;
+  values at it does nothing, and defers its deletions to the next admission
+  (whose head is another: under a horizon of 1 or more runs, kept whole, the
+  head is rarely the row a plan reshapes; under the policies above it is on
+  every pass, which is why theirs do not wait);
 - without `delta_graph` the rules keep every checkpoint a kept one rebuilds a
   DeltaChannel value from, so no read the run makes of the head's history
   can miss one; with it, a pass stores values whole at a new root and deletes
@@ -87,7 +92,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._ages import next_age_crossing
 from retaining_saver._rules._recheck import Applied
-from retaining_saver._rules._sparing import sparing
+from retaining_saver._rules._sparing import reshapes_the_head, sparing
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
 
@@ -235,7 +240,7 @@ class BoundingMixin:
         self._accounts.count("history_passes")
         run_kept = bool(protected)
         inline = self._history_pass(result, policy, backend, None, run_kept)
-        if not defer or policy.delta_graph is not None or result.head_id is None:
+        if not defer or result.head_id is None or not _may_wait(policy):
             return (yield from inline)
         head = (config.get("configurable", {}).get("checkpoint_ns", ""), result.head_id)
         done = yield Later(inline, self._left_pass(result, policy, backend, head, run_kept))
@@ -303,6 +308,14 @@ class BoundingMixin:
             if self._stamps is not None and not deletion.checkpoint_ns:
                 self._stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
+
+
+def _may_wait(policy: RetentionPolicy) -> bool:
+    """Whether an async admission read may leave its pass until it has answered: not under
+    `delta_graph` (a rebuild read across the pass's commit could miss what it deleted),
+    nor under a policy whose plans reshape the head's row, which a pass that waits spares:
+    it would never carry one out."""
+    return policy.delta_graph is None and not reshapes_the_head(policy)
 
 
 def _changed_rows(applied: Applied) -> frozenset[NodeKey]:

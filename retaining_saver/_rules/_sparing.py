@@ -35,3 +35,11 @@ def sparing(key: NodeKey) -> Planner:
         return Plan(kept=found.kept, deferred=waiting, heads=found.heads)
 
     return plan
+
+
+def reshapes_the_head(policy: RetentionPolicy) -> bool:
+    """Whether `policy`'s plans change the head's row on most passes, so that a planner
+    sparing it (`sparing`) would defer every pass: a horizon of 0 runs and keep_latest
+    make the head a root; step compaction re-parents a finished head onto its run's
+    input. Passes under such a policy run before an admission read answers."""
+    return policy.history_keep_runs == 0 or policy.keep_latest or policy.compact_steps

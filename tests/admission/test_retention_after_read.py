@@ -3,6 +3,7 @@ thread's lock; a sync one, and one under a policy with `delta_graph`, run it fir
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from retaining_saver._effects import run
 from retaining_saver._rooms import UNSETTLED, room_left
 from retaining_saver._rules import plan_retention
 from retaining_saver._rules._recheck import Applied
-from retaining_saver._rules._sparing import sparing
+from retaining_saver._rules._sparing import reshapes_the_head, sparing
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing.graphs import chat_graph, run_read, thread, turn
@@ -133,3 +134,59 @@ def test_a_sparing_plan_of_a_checkpoint_it_leaves_is_the_rules_plan() -> None:
     lineage, plan = _lineage_and_plan()
     head = ("", plan.heads[""])
     assert sparing(head)(lineage, HORIZON, datetime.now(UTC)) == plan
+
+
+RESHAPING = {
+    "horizon-0": RetentionPolicy(history_keep_runs=0, history_min_age=timedelta(0)),
+    "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=timedelta(0)),
+    "compaction": RetentionPolicy(compact_steps=True, history_min_age=timedelta(0)),
+    "horizon-2-compacted": dataclasses.replace(HORIZON, compact_steps=True),
+}
+
+
+@pytest.mark.parametrize("name", RESHAPING)
+def test_a_policy_that_reshapes_the_head_would_defer_every_pass_that_spares_it(
+    name: str,
+) -> None:
+    """Why such passes run before the read answers: their plan changes the head's row, so
+    sparing the head leaves the whole plan for later, admission after admission."""
+    policy = RESHAPING[name]
+    lineage, _ = _lineage_and_plan()
+    plan = plan_retention(lineage, policy, datetime.now(UTC))
+    spared = sparing(("", plan.heads[""]))(lineage, policy, datetime.now(UTC))
+    assert reshapes_the_head(policy)
+    assert plan.deletions and spared.empty and spared.deferred
+
+
+def test_a_policy_that_keeps_the_heads_run_is_not_reshaping() -> None:
+    for keep in (1, 2, 10):
+        assert not reshapes_the_head(dataclasses.replace(HORIZON, history_keep_runs=keep))
+
+
+@pytest.mark.parametrize("name", RESHAPING)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_async_runs_under_a_reshaping_policy_hold_what_sync_runs_hold(
+    kind: str, name: str, request: pytest.FixtureRequest
+) -> None:
+    """Each async admission's pass is carried out (it used to wait for an admission whose
+    head it could leave, which never came): the thread holds what the same runs leave
+    through a sync wrapper, whose passes always ran before the read answered."""
+    policy = RESHAPING[name]
+    async with open_async(kind, request) as inner:
+        saver = RetainingSaver(inner, retention=policy)
+        graph = chat_graph(saver)
+        for i in range(RUNS):
+            await graph.ainvoke(turn(i), thread(KEPT))
+        await saver.asettle_history()
+        held = [s async for s in graph.aget_state_history(thread(KEPT))]
+        counters = saver.counters
+    with open_sync(kind, request, "sync") as inner:
+        twin = RetainingSaver(inner, retention=policy)
+        graph = chat_graph(twin)
+        for i in range(RUNS):
+            graph.invoke(turn(i), thread(KEPT))
+        expected = list(graph.get_state_history(thread(KEPT)))
+    assert counters.history_reclaimed == twin.counters.history_reclaimed > 0
+    assert counters.history_failed == 0
+    assert [s.values for s in held] == [s.values for s in expected]
+    assert [s.metadata for s in held] == [s.metadata for s in expected]
