@@ -129,7 +129,8 @@ def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> Retent
 
     Raises:
         TypeError: If `retention` is not a `RetentionPolicy` or None.
-        ValueError: If it turns on no history rule, or caps a pass at 0.
+        ValueError: If it turns on no history rule, turns on step compaction with
+            neither a horizon nor keep_latest, or caps a pass at 0.
     """
     if retention is None:
         return None
@@ -139,6 +140,19 @@ def admission_retention(retention: Any, saver_policy: RetentionPolicy) -> Retent
         raise ValueError(
             "retention must turn on a history rule (history_keep_runs, compact_steps or "
             "keep_latest); the stamps are admission's own work"
+        )
+    if (
+        retention.compact_steps
+        and retention.history_keep_runs is None
+        and not retention.keep_latest
+    ):
+        # Such a thread keeps every run's ends, so it outgrows any window: each pass would
+        # read (and, on Postgres, sweep the blobs of) the whole thread, on every admission.
+        raise ValueError(
+            "retention with compact_steps alone bounds nothing and would cost each "
+            "admission a pass over the whole thread: add history_keep_runs=N (which holds "
+            "the thread, and so each pass, within N runs), or compact from a job "
+            "(enforce_retention)"
         )
     if retention.max_delete_per_run == 0:
         raise ValueError(

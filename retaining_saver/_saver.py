@@ -110,10 +110,13 @@ class RetainingSaver(
             clone; see `_reclaimed`).
         retention: History rules applied to each thread as its runs are
             admitted, after the stamps: a `RetentionPolicy` with
-            `history_keep_runs`, `compact_steps` or `keep_latest` (and the
-            `history_min_age` they require). A thread at N runs may grow N // 2
+            `history_keep_runs` or `keep_latest`, either with `compact_steps`
+            (alone it is refused: it bounds nothing), and the `history_min_age`
+            they require. A thread at N runs may grow N // 2
             more before a pass deletes them, at most `max_delete_per_run` (None:
-            64) an admission, after an async read answers (`_bounding`). None: no rules.
+            64) an admission, after an async read answers (before it, under
+            `delta_graph` or a policy that reshapes the head's row: `_bounding`).
+            None: no rules.
 
     Attributes:
         inner, policy, retention, strict, admission, history_caches,

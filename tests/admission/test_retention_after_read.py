@@ -139,8 +139,10 @@ def test_a_sparing_plan_of_a_checkpoint_it_leaves_is_the_rules_plan() -> None:
 RESHAPING = {
     "horizon-0": RetentionPolicy(history_keep_runs=0, history_min_age=timedelta(0)),
     "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=timedelta(0)),
-    "compaction": RetentionPolicy(compact_steps=True, history_min_age=timedelta(0)),
     "horizon-2-compacted": dataclasses.replace(HORIZON, compact_steps=True),
+    "keep-latest-compacted": RetentionPolicy(
+        keep_latest=True, compact_steps=True, history_min_age=timedelta(0)
+    ),
 }
 
 

@@ -29,6 +29,11 @@ def _horizon(n: int, **more: Any) -> RetentionPolicy:
         ({"retention": "keep 5"}, TypeError, "retention must be a RetentionPolicy"),
         ({"retention": RetentionPolicy()}, ValueError, "retention must turn on a history rule"),
         ({"retention": _horizon(2, max_delete_per_run=0)}, ValueError, "max_delete_per_run=0"),
+        (
+            {"retention": RetentionPolicy(compact_steps=True, history_min_age=NOW)},
+            ValueError,
+            "compact_steps alone bounds nothing",
+        ),
         ({"retention": _horizon(2), "admission": "off"}, ValueError, "retention runs on admission"),
     ],
 )
