@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -25,10 +26,27 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateSnapshot, interrupt
 
+from retaining_saver import RetentionPolicy
 from retaining_saver.testing.graphs import extend_all, line_graph, thread
 from retaining_saver.testing.views import visible_state
 
 KEPT, TWIN = "kept", "twin"
+
+_NO_GRACE = timedelta(0)
+RETENTION_SHAPES = {
+    "horizon-0": RetentionPolicy(history_keep_runs=0, history_min_age=_NO_GRACE),
+    "horizon-1": RetentionPolicy(history_keep_runs=1, history_min_age=_NO_GRACE),
+    "horizon-2": RetentionPolicy(history_keep_runs=2, history_min_age=_NO_GRACE),
+    "horizon-2-compacted": RetentionPolicy(
+        history_keep_runs=2, compact_steps=True, history_min_age=_NO_GRACE
+    ),
+    "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=_NO_GRACE),
+    "keep-latest-compacted": RetentionPolicy(
+        keep_latest=True, compact_steps=True, history_min_age=_NO_GRACE
+    ),
+}
+"""One policy of each shape `retention=` accepts (compaction only beside a horizon or
+keep_latest), for the tests that hold a property under all of them."""
 Flavor = Literal["full", "delta"]
 Op = tuple[str, ...]
 """("turn", label), ("ask", label): a turn that interrupts, ("resume", answer), ("regen",):

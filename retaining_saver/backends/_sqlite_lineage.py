@@ -120,9 +120,9 @@ class ThreadRows(dict[NodeKey, Remembered]):
             self.bytes -= gone.size
 
 
-def rows_bytes(rows: Mapping[NodeKey, Remembered]) -> int:
+def rows_bytes(rows: ThreadRows) -> int:
     """About how many bytes a thread's remembered nodes hold (see `Remembered.size`)."""
-    return rows.bytes if isinstance(rows, ThreadRows) else sum(r.size for r in rows.values())
+    return rows.bytes
 
 
 def _validators(row: Row) -> Validators | None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from bounding_kit import KEPT, chat, runs_on_head_line
+from bounding_kit import KEPT, RETENTION_SHAPES, TWIN, chat, runs_on_head_line
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -22,6 +22,7 @@ from retaining_saver._rules._sparing import reshapes_the_head, sparing
 from retaining_saver.backends import backend_for
 from retaining_saver.backends._base import Mode
 from retaining_saver.testing.graphs import chat_graph, run_read, thread, turn
+from retaining_saver.testing.views import visible_state
 
 HORIZON = RetentionPolicy(history_keep_runs=2, history_min_age=timedelta(0))
 RUNS = 5  # on the bare saver: 3 runs beyond the horizon, 12 checkpoints
@@ -137,12 +138,8 @@ def test_a_sparing_plan_of_a_checkpoint_it_leaves_is_the_rules_plan() -> None:
 
 
 RESHAPING = {
-    "horizon-0": RetentionPolicy(history_keep_runs=0, history_min_age=timedelta(0)),
-    "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=timedelta(0)),
-    "horizon-2-compacted": dataclasses.replace(HORIZON, compact_steps=True),
-    "keep-latest-compacted": RetentionPolicy(
-        keep_latest=True, compact_steps=True, history_min_age=timedelta(0)
-    ),
+    name: RETENTION_SHAPES[name]
+    for name in ("horizon-0", "keep-latest", "horizon-2-compacted", "keep-latest-compacted")
 }
 
 
@@ -165,14 +162,7 @@ def test_a_policy_that_keeps_the_heads_run_is_not_reshaping() -> None:
         assert not reshapes_the_head(dataclasses.replace(HORIZON, history_keep_runs=keep))
 
 
-ACCEPTED = {
-    **RESHAPING,
-    "horizon-1": dataclasses.replace(HORIZON, history_keep_runs=1),
-    "horizon-2": HORIZON,
-}
-
-
-@pytest.mark.parametrize("name", ACCEPTED)
+@pytest.mark.parametrize("name", RETENTION_SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 async def test_async_runs_under_a_policy_hold_what_sync_runs_hold(
     kind: str, name: str, request: pytest.FixtureRequest
@@ -180,15 +170,19 @@ async def test_async_runs_under_a_policy_hold_what_sync_runs_hold(
     """Each async admission's pass is carried out, whether it waits for the read or not
     (one under a reshaping policy used to wait for an admission whose head it could
     leave, which never came): the thread holds what the same runs leave through a sync
-    wrapper, whose passes run before the read answers."""
-    policy = ACCEPTED[name]
+    wrapper, whose passes run before the read answers; and its head reads as a bare twin's,
+    which never had the rows reclaimed."""
+    policy = RETENTION_SHAPES[name]
     async with open_async(kind, request) as inner:
         saver = RetainingSaver(inner, retention=policy)
-        graph = chat_graph(saver)
+        graph, bare = chat_graph(saver), chat_graph(inner)
         for i in range(RUNS):
             await graph.ainvoke(turn(i), thread(KEPT))
+            await bare.ainvoke(turn(i), thread(TWIN))
         await saver.asettle_history()
         held = [s async for s in graph.aget_state_history(thread(KEPT))]
+        head = visible_state(await graph.aget_state(thread(KEPT)))
+        twin_head = visible_state(await bare.aget_state(thread(TWIN)))
         counters = saver.counters
     with open_sync(kind, request, "sync") as inner:
         twin = RetainingSaver(inner, retention=policy)
@@ -200,3 +194,4 @@ async def test_async_runs_under_a_policy_hold_what_sync_runs_hold(
     assert counters.history_failed == 0
     assert [s.values for s in held] == [s.values for s in expected]
     assert [s.metadata for s in held] == [s.metadata for s in expected]
+    assert head == twin_head

@@ -9,30 +9,17 @@ nodes each lineage load hands the rules are counted.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
+from bounding_kit import RETENTION_SHAPES
 from savers import KINDS, open_async
 
-from retaining_saver import RetainingSaver, RetentionPolicy
+from retaining_saver import RetainingSaver
 from retaining_saver._rules import Lineage
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 
-NOW = timedelta(0)
-HORIZON = RetentionPolicy(history_keep_runs=3, history_min_age=NOW)
-POLICIES = {
-    "horizon-0": dataclasses.replace(HORIZON, history_keep_runs=0),
-    "horizon-1": dataclasses.replace(HORIZON, history_keep_runs=1),
-    "horizon-3": HORIZON,
-    "horizon-3-compacted": dataclasses.replace(HORIZON, compact_steps=True),
-    "keep-latest": RetentionPolicy(keep_latest=True, history_min_age=NOW),
-    "keep-latest-compacted": RetentionPolicy(
-        keep_latest=True, compact_steps=True, history_min_age=NOW
-    ),
-}
 EARLY, LATE = range(10, 20), range(40, 50)
 
 
@@ -51,13 +38,13 @@ def _spy_on_loads(saver: RetainingSaver, monkeypatch: pytest.MonkeyPatch) -> lis
     return loaded
 
 
-@pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.parametrize("name", RETENTION_SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_held_thread_and_its_passes_stay_the_same_size(
     kind: str, name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with open_async(kind, request) as inner:
-        saver = RetainingSaver(inner, retention=POLICIES[name])
+        saver = RetainingSaver(inner, retention=RETENTION_SHAPES[name])
         loaded = _spy_on_loads(saver, monkeypatch)
         graph = chat_graph(saver)
         read: dict[int, list[int]] = {}

@@ -225,8 +225,9 @@ def test_what_is_remembered_is_bounded(saver: SqliteSaver, monkeypatch: pytest.M
     for name in ("a", "b", "c"):
         _load(backend, name)
     assert backend.remembered.get("a") is None  # the least recently loaded went
-    assert backend.remembered.get("c") is not None
-    one_thread = _sqlite_lineage.rows_bytes(backend.remembered.get("c") or {})
+    remembered = backend.remembered.get("c")
+    assert remembered is not None
+    one_thread = _sqlite_lineage.rows_bytes(remembered)
     monkeypatch.setattr(_sqlite_lineage, "REMEMBERED_THREAD_BYTES", one_thread - 1)
     small = SqliteBackend(saver)
     assert _load(small, "c") == _fresh(saver, "c")
