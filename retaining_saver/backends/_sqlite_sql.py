@@ -131,6 +131,34 @@ FROM (
 JOIN checkpoints AS c ON c.checkpoint_id >= edge.window_start
 WHERE c.thread_id = :thread_id"""
 
+# `SELECT_LINEAGE_SQL`'s rows with neither payload nor metadata, nor any list to match:
+# what tells each row's remembered or written node apart (type and lengths, from the
+# row's header), its parent and its write count. A load whose every row is one it
+# knows builds its lineage from this alone (`_sqlite_lineage`).
+SELECT_LINEAGE_HEADERS_SQL = """
+SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type,
+    length(c.checkpoint) AS payload_length, length(c.metadata) AS metadata_length,
+    (
+        SELECT COUNT(*) FROM writes AS w
+        WHERE w.thread_id = c.thread_id
+            AND w.checkpoint_ns = c.checkpoint_ns
+            AND w.checkpoint_id = c.checkpoint_id
+    ) AS write_count,
+    edge.window_start
+FROM (
+    SELECT coalesce(CASE WHEN :newest IS NOT NULL THEN (
+        SELECT max(r.checkpoint_id) FROM (
+            SELECT checkpoint_id FROM checkpoints
+            WHERE thread_id = :thread_id AND checkpoint_ns = ''
+            ORDER BY checkpoint_id DESC
+            LIMIT 2 OFFSET :newest - 1
+        ) AS r
+        HAVING count(*) = 2
+    ) END, '') AS window_start
+) AS edge
+JOIN checkpoints AS c ON c.checkpoint_id >= edge.window_start
+WHERE c.thread_id = :thread_id"""
+
 # The ids come as one JSON array, so the statement text never depends on their number.
 SELECT_NODES_SQL = """
 SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint,

@@ -19,9 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from sqlite_rows_kit import EVERY_RUN_KEPT, Decodes, chat
 
 from retaining_saver import RetainingSaver, RetentionPolicy
-from retaining_saver._rules import CheckpointNode, Lineage
+from retaining_saver._rules import Lineage
 from retaining_saver._transact import arun, run
 from retaining_saver.backends import _sqlite_lineage
 from retaining_saver.backends._base import Mode
@@ -47,20 +48,6 @@ def _fresh(saver: SqliteSaver, thread_id: str, newest: int | None = None) -> Lin
     return _load(SqliteBackend(saver), thread_id, newest)
 
 
-class _Decodes:
-    """Counts the rows a backend decodes into nodes."""
-
-    def __init__(self, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        decode = backend._node
-
-        def counted(row: Any, write_count: int) -> CheckpointNode:
-            self.count += 1
-            return decode(row, write_count)
-
-        monkeypatch.setattr(backend, "_node", counted)
-
-
 def _rows(saver: SqliteSaver, thread_id: str) -> list[tuple[str, str]]:
     cur = saver.conn.execute(
         "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?"
@@ -70,14 +57,6 @@ def _rows(saver: SqliteSaver, thread_id: str) -> list[tuple[str, str]]:
     return [(ns, cid) for ns, cid in cur.fetchall()]
 
 
-def _chat(saver: SqliteSaver, runs: int, thread_id: str = "t") -> Any:
-    """The chat graph on `saver`, after `runs` turns on the thread."""
-    graph = chat_graph(saver)
-    for i in range(runs):
-        graph.invoke(turn(i), thread(thread_id))
-    return graph
-
-
 def test_a_second_load_decodes_no_row_and_gives_the_same_lineage(
     saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,7 +64,7 @@ def test_a_second_load_decodes_no_row_and_gives_the_same_lineage(
     for i in range(5):
         graph.invoke(chat_turn(i), thread("t"))
     backend = SqliteBackend(saver)
-    decodes = _Decodes(backend, monkeypatch)
+    decodes = Decodes(backend, monkeypatch)
     first = _load(backend, "t")
     assert decodes.count == len(_rows(saver, "t")) > 0
     second = _load(backend, "t")
@@ -96,9 +75,9 @@ def test_a_second_load_decodes_no_row_and_gives_the_same_lineage(
 def test_a_new_run_decodes_only_its_own_rows(
     saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    graph = _chat(saver, 4)
+    graph = chat(saver, 4)
     backend = SqliteBackend(saver)
-    decodes = _Decodes(backend, monkeypatch)
+    decodes = Decodes(backend, monkeypatch)
     _load(backend, "t")
     before, read = len(_rows(saver, "t")), decodes.count
     graph.invoke(turn(4), thread("t"))
@@ -107,7 +86,7 @@ def test_a_new_run_decodes_only_its_own_rows(
 
 
 def test_a_window_remembers_only_the_rows_it_read(saver: SqliteSaver) -> None:
-    _chat(saver, 6)
+    chat(saver, 6)
     backend = SqliteBackend(saver)
     window = _load(backend, "t", newest=8)
     assert window == _fresh(saver, "t", newest=8)
@@ -137,7 +116,7 @@ def _payload(saver: SqliteSaver, key: tuple[str, str]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("change", ["payload", "metadata"])
 def test_a_row_rewritten_under_its_id_is_read_again(saver: SqliteSaver, change: str) -> None:
-    _chat(saver, 3)
+    chat(saver, 3)
     backend = SqliteBackend(saver)
     _load(backend, "t")
     key = _rows(saver, "t")[-1]
@@ -160,7 +139,7 @@ _VALIDATED = ["checkpoint_ns", "checkpoint_id", "type", "payload_length", "metad
 def test_a_row_comes_without_payload_only_while_all_it_is_known_by_matches(
     saver: SqliteSaver, field: int
 ) -> None:
-    _chat(saver, 2)
+    chat(saver, 2)
     saver.conn.row_factory = sqlite3.Row
     sql = SqliteBackend.sql.select_lineage
     params: dict[str, Any] = {"thread_id": "t", "newest": None, "known": "[]", "written": "[]"}
@@ -182,7 +161,7 @@ def test_a_row_comes_without_payload_only_while_all_it_is_known_by_matches(
 
 
 def test_parents_and_writes_are_read_from_the_row_each_time(saver: SqliteSaver) -> None:
-    _chat(saver, 3)
+    chat(saver, 3)
     backend = SqliteBackend(saver)
     rows = _rows(saver, "t")
     writes = _load(backend, "t").nodes[rows[1]].write_count
@@ -200,7 +179,7 @@ def test_parents_and_writes_are_read_from_the_row_each_time(saver: SqliteSaver) 
 
 
 def test_deleted_rows_are_forgotten_and_so_is_an_emptied_thread(saver: SqliteSaver) -> None:
-    _chat(saver, 2)
+    chat(saver, 2)
     backend = SqliteBackend(saver)
     _load(backend, "t")
     doomed = _rows(saver, "t")[0]
@@ -268,7 +247,7 @@ def test_a_put_adds_one_row_to_what_was_written_and_its_bytes(saver: SqliteSaver
 def test_a_remembered_node_is_shared_until_its_row_moves(saver: SqliteSaver) -> None:
     """A second load hands back the very nodes of the first where the row's parent and
     write count are unchanged, and a new node where one of them moved."""
-    graph = _chat(saver, 3)
+    graph = chat(saver, 3)
     backend = SqliteBackend(saver)
     first = _load(backend, "t")
     head = max(first.nodes, key=lambda k: k[1])
@@ -335,9 +314,6 @@ def test_the_async_saver_remembers_rows_too(sqlite_path: str) -> None:
 
 
 # Any sequence of what happens to a thread's rows, between loads by one backend
-
-EVERY_RUN_KEPT = RetentionPolicy(history_keep_runs=1000, history_min_age=timedelta(0))
-"""A policy whose passes read the thread and delete nothing in these tests."""
 
 
 _CHANGES = ["run", "load", "window", "metadata", "delete", "write", "parent"]
@@ -464,7 +440,7 @@ def test_what_the_wrapper_wrote_is_known_without_reading_it(
         wrapper = RetainingSaver(inner, retention=EVERY_RUN_KEPT)
         backend = wrapper._backend
         assert isinstance(backend, SqliteBackend)
-        decodes = _Decodes(backend, monkeypatch)
+        decodes = Decodes(backend, monkeypatch)
         graph = build_chat_graph(wrapper)
         config: Any = {
             "configurable": {"thread_id": "t", "user_id": "u-1"},
