@@ -2,7 +2,7 @@
 
     python benchmarks/bench_bounding.py [--backends sqlite,postgres] [--turns 50,100,200]
                                         [--reps N] [--skip-storage] [--skip-admission]
-                                        [--freeze]
+                                        [--freeze] [--fleet N]
 
 Storage: the three-node chat of bench_storage.py (about 6.5 KB of new text a
 turn) written through `RetainingSaver(inner, retention=RetentionPolicy(
@@ -74,9 +74,16 @@ their timed runs, so that a collection scans only what the runs keep alive.
 The runs themselves, and how a figure is read from their times, are in
 `_bounding_runs.py`.
 
-(b), (c), (f), (g) and (h) grow the tables many times over; on Postgres each ANALYZEs them
-(untimed) every `bench_admission.ANALYZE_EVERY` repetitions, as autovacuum keeps a
-growing table's statistics (`side_by_side(..., growing=)`).
+The admission figures' store first holds `--fleet` (200) idle threads of 5 runs of the
+chat, written by the bare saver, as a deployment's store holds many threads
+(`write_fleet`): on Postgres, with only the timed threads in the tables, a generic
+plan for a statement on one thread expects a large share of each table, so the
+wrapped thread's small statements were planned anew at every execution. (b), (c),
+(f), (g) and (h) grow the tables; on Postgres each VACUUMs and ANALYZEs a table
+(untimed) once autovacuum would with its defaults (`bench_admission.autovacuum_when_due`:
+a fifth of its rows dead, a tenth changed since its last ANALYZE), as a server's
+autovacuum keeps a growing table's statistics and clears what the passes delete
+(`side_by_side(..., growing=)`; the server here runs none).
 
 Nothing is asserted: the goals are printed next to the figures.
 """
@@ -112,6 +119,11 @@ from retaining_saver.testing.checks import integrity
 from retaining_saver.testing.graphs import chat_graph, thread, turn
 
 GROWTH_GOAL = 1.2
+
+FLEET = 200
+"""Idle threads the admission figures' store holds beside the timed ones (`--fleet`)."""
+
+FLEET_RUNS = 5
 
 
 # Storage
@@ -182,13 +194,28 @@ def run_storage(kinds: Sequence[str], turns: Sequence[int]) -> None:
 # Admission cost
 
 
+async def write_fleet(inner: BaseCheckpointSaver[Any], threads: int) -> None:
+    """`threads` idle threads of `FLEET_RUNS` runs each of the chat, on the bare saver: a
+    store holds many threads. On Postgres the planner's statistics then see many thread
+    ids in every table, as in any deployment; with only the few timed threads in the
+    tables, a generic plan for a statement on one thread expects a large share of each
+    table, so Postgres plans every execution of the wrapped thread's (small) statements
+    anew (`--fleet 0` measures that store)."""
+    graph = chat_graph(inner)
+    for k in range(threads):
+        for i in range(FLEET_RUNS):
+            await graph.ainvoke(turn(i), thread(f"fleet-{k}"))
+    await admission.analyze(inner)
+
+
 async def admission_figures(
-    kind: str, reps: int, directory: str, frozen: bool = False
+    kind: str, reps: int, directory: str, frozen: bool = False, fleet: int = FLEET
 ) -> list[Any]:
     figures: list[Any] = []
     async with admission.open_saver(kind, directory) as inner:
         saver = RetainingSaver(inner, retention=RETENTION)
         await saver.acreate_retention_indexes()
+        await write_fleet(inner, fleet)
         bare = chat_graph(inner)
         for thread_id, runs in (("below", HORIZON // 2), ("at", HORIZON), ("run-bare", HORIZON)):
             for i in range(runs):
@@ -281,14 +308,14 @@ async def _converge(saver: RetainingSaver, thread_id: str) -> list[float]:
     return times
 
 
-async def run_admission(kinds: Sequence[str], reps: int, frozen: bool) -> None:
+async def run_admission(kinds: Sequence[str], reps: int, frozen: bool, fleet: int) -> None:
     figures: list[Any] = []
     with tempfile.TemporaryDirectory() as directory:
         for kind in kinds:
             if kind == "postgres" and _common.pg_unreachable(_common.pg_server_dsn()):
                 print("postgres skipped: unreachable")
                 continue
-            figures += await admission_figures(kind, reps, directory, frozen)
+            figures += await admission_figures(kind, reps, directory, frozen, fleet)
     admission.show(figures, reps)
 
 
@@ -304,12 +331,18 @@ def main() -> None:
         action="store_true",
         help="freeze the process's objects (gc.freeze) before the whole runs of (c), (f), (g), (h)",
     )
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        default=FLEET,
+        help=f"idle threads of {FLEET_RUNS} runs in the admission figures' store (0: none)",
+    )
     args = parser.parse_args()
     kinds = [k.strip() for k in args.backends.split(",") if k.strip()]
     if not args.skip_storage:
         run_storage(kinds, [int(t) for t in args.turns.split(",")])
     if not args.skip_admission:
-        asyncio.run(run_admission(kinds, args.reps, args.freeze))
+        asyncio.run(run_admission(kinds, args.reps, args.freeze, args.fleet))
 
 
 if __name__ == "__main__":
