@@ -92,7 +92,7 @@ from retaining_saver._rules import (
 )
 from retaining_saver._rules._ages import next_age_crossing
 from retaining_saver._rules._recheck import Applied
-from retaining_saver._rules._sparing import reshapes_the_head, sparing
+from retaining_saver._rules._sparing import may_wait, sparing
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
 
@@ -254,7 +254,7 @@ class BoundingMixin:
         self._accounts.count("history_passes")
         run_kept = bool(protected)
         inline = self._history_pass(result, policy, backend, None, run_kept)
-        if not defer or result.head_id is None or not _may_wait(policy):
+        if not defer or result.head_id is None or not may_wait(policy):
             return (yield from inline)
         head = (config.get("configurable", {}).get("checkpoint_ns", ""), result.head_id)
         done = yield Later(inline, self._left_pass(result, policy, backend, head, run_kept))
@@ -322,14 +322,6 @@ class BoundingMixin:
             if self._stamps is not None and not deletion.checkpoint_ns:
                 self._stamps.forget(thread_id, deletion.checkpoint_id)
         return tuple((d.checkpoint_ns, d.checkpoint_id) for d in applied.deleted)
-
-
-def _may_wait(policy: RetentionPolicy) -> bool:
-    """Whether an async admission read may leave its pass until it has answered: not under
-    `delta_graph` (a rebuild read across the pass's commit could miss what it deleted),
-    nor under a policy whose plans reshape the head's row, which a pass that waits spares:
-    it would never carry one out."""
-    return policy.delta_graph is None and not reshapes_the_head(policy)
 
 
 def _changed_rows(applied: Applied) -> frozenset[NodeKey]:

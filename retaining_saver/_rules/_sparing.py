@@ -43,3 +43,12 @@ def reshapes_the_head(policy: RetentionPolicy) -> bool:
     make the head a root; step compaction re-parents a finished head onto its run's
     input. Passes under such a policy run before an admission read answers."""
     return policy.history_keep_runs == 0 or policy.keep_latest or policy.compact_steps
+
+
+def may_wait(policy: RetentionPolicy) -> bool:
+    """Whether an async admission read may leave its pass until it has answered, the pass
+    then sparing the head (`sparing`): not under `delta_graph` (a pass stores values whole
+    at a new root and deletes what they were rebuilt from, which a rebuild read across
+    its commit could miss), nor under a policy that reshapes the head (such a pass would
+    never carry a plan out)."""
+    return policy.delta_graph is None and not reshapes_the_head(policy)

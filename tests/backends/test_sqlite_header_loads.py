@@ -110,32 +110,29 @@ def test_what_the_wrapper_wrote_is_loaded_from_the_headers(
         assert loaded == _fresh(inner)
 
 
-_REMEMBERED = {"type": 0, "payload_length": 1, "metadata_length": 2}
-
-
-@pytest.mark.parametrize("field", list(_REMEMBERED))
+@pytest.mark.parametrize("field", ["type", "payload", "metadata"])
 def test_a_remembered_row_whose_header_differs_is_read(
     saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch, field: str
 ) -> None:
-    """Each of what a remembered row is told apart by, changed in what is remembered,
-    sends the load to the whole statement, which reads that row."""
+    """Each of what a remembered row is told apart by (its type, its payload's and its
+    metadata's lengths), changed in what is remembered, sends the load to the whole
+    statement, which reads that row."""
     chat_graph(saver).invoke(turn(0), thread("t"))
     backend = SqliteBackend(saver)
     _load(backend)
     rows = backend.remembered.get("t")
     assert rows is not None
     key = max(rows, key=lambda k: k[1])
-    validators = list(rows[key].validators)
-    at = _REMEMBERED[field]
-    validators[at] = f"{validators[at]}x" if isinstance(validators[at], str) else validators[at] + 1
-    rows.add(key, _sqlite_lineage.Remembered(rows[key].node, tuple(validators)))  # type: ignore[arg-type]
+    validators = _tweaked(rows[key].validators, field, as_put=False)
+    rows.add(key, _sqlite_lineage.Remembered(rows[key].node, validators))
     decodes = Decodes(backend, monkeypatch)
     loaded, ran = _load(backend)
     assert ran == [HEADERS, WHOLE] and decodes.count == 1
     assert loaded == _fresh(saver)
 
 
-def _headers(saver: SqliteSaver) -> list[sqlite3.Row]:
+def _whole_rows(saver: SqliteSaver) -> list[sqlite3.Row]:
+    """The thread's rows as `SELECT_LINEAGE_SQL` reads them when it knows none."""
     saver.conn.row_factory = sqlite3.Row
     params = {"thread_id": "t", "newest": None, "known": "[]", "written": "[]"}
     return saver.conn.execute(SELECT_LINEAGE_SQL, params).fetchall()
@@ -166,7 +163,7 @@ def test_the_headers_match_is_the_statements_match(
 def _match_as_the_statement(
     saver: SqliteSaver, known_tweaks: list[str], written_tweaks: list[str]
 ) -> None:
-    rows = _headers(saver)
+    rows = _whole_rows(saver)
     known: dict[Any, _sqlite_lineage.Remembered] = {}
     written: dict[Any, _sqlite_lineage.Remembered] = {}
     node = SqliteBackend(saver)._node(rows[0], 0)
