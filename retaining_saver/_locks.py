@@ -103,7 +103,7 @@ class ThreadLocks:
         """Hold `thread_id`'s sync lock alone: once its sharers (`share`) have left."""
         entry = self._sync.enter(thread_id)
         try:
-            with _alone(entry):
+            with _alone(entry, self._guard):
                 yield
         finally:
             self._sync.leave(thread_id, entry)
@@ -229,11 +229,15 @@ class _AsyncHold:
 
 
 @contextmanager
-def _alone(entry: _Entry[threading.Lock]) -> Iterator[None]:
-    """`entry`'s lock held, and (no sharer comes in meanwhile) its sharers gone."""
+def _alone(entry: _Entry[threading.Lock], guard: threading.Lock) -> Iterator[None]:
+    """`entry`'s lock held, and (no sharer comes in meanwhile) its sharers gone. The
+    condition they are waited on is made on the registry's `guard`, which a leaving sharer
+    holds as it counts itself out: it cannot leave unseen between the check and the wait."""
     with entry.lock:
-        if entry.sharers:  # then a sharer made the condition, on the registry's guard
-            with entry.drained:
+        if entry.sharers:
+            with guard:
+                if entry.drained is None:
+                    entry.drained = threading.Condition(guard)
                 while entry.sharers:
                     entry.drained.wait()
         yield
@@ -281,15 +285,14 @@ class _SyncShare(_Share):
         try:
             with entry.lock, self._registry.guard:
                 self._count(entry)
-                if entry.drained is None:
-                    entry.drained = threading.Condition(self._registry.guard)
         except BaseException:
             self._registry.leave(self._thread_id, entry)
             raise
 
     def __exit__(self, *exc_info: object) -> None:
         with self._registry.guard:
-            if self._uncount():
+            # Only a holder waiting for the sharers to leave made the condition (`_alone`).
+            if self._uncount() and self._entry.drained is not None:
                 self._entry.drained.notify_all()
         self._registry.leave(self._thread_id, self._entry)
 

@@ -29,11 +29,14 @@ def next_age_crossing(lineage: Lineage, policy: RetentionPolicy, now: datetime) 
     """The earliest moment after `now` at which a checkpoint of `lineage` grows older than
     an age `policy` judges by; None if none will (a checkpoint of unknown age stays
     young for ever, so it never crosses one)."""
+    ages = age_thresholds(policy)
+    if not ages:
+        return None  # a policy that judges no age (a TTL of zero): no time need be read
     crossings = [
         stamp + age
         for node in lineage.nodes.values()
         if (stamp := _parse_ts(node.ts)) is not None
-        for age in age_thresholds(policy)
+        for age in ages
         if stamp + age > now
     ]
     return min(crossings, default=None)

@@ -245,12 +245,12 @@ class _History(_AncestorReads):
 
     def _descendants(self, tops: Iterable[NodeKey]) -> set[NodeKey]:
         found: set[NodeKey] = set()
-        todo = [k for k in tops if k not in self.taken]
+        taken, children = self.taken, self.children
+        todo = [k for k in tops if k not in taken]
         while todo:
-            key = todo.pop()
-            if key not in found:
+            if (key := todo.pop()) not in found:
                 found.add(key)
-                todo += [k for k in self.children.get(key, []) if k not in self.taken]
+                todo += [k for k in children.get(key, ()) if k not in taken]
         return found
 
     def _beyond_horizon(self, runs: Sequence[Sequence[CheckpointNode]]) -> set[NodeKey]:

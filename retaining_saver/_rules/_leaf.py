@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from retaining_saver._rules._lineage import (
@@ -21,6 +22,8 @@ from retaining_saver._rules._policy import RetentionPolicy
 RUN_HISTORY_KEYS = ("run_durations", "run_message_ids")
 MAX_STACKED_LEAVES = 3
 """How many stacked duration leaves one admission reclaims at the most."""
+PARSED_TS_CACHE = 4096
+"""How many checkpoint times `_parse_ts` keeps parsed: a few passes' windows."""
 DELTA_UNNAMED_KEY = "delta_writes_versioned"
 """The metadata key LangGraph.js marks a DeltaChannel graph's threads with, without
 naming its channels: such a thread keeps all its history."""
@@ -114,9 +117,17 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
 
 
 def _parse_ts(ts: str) -> datetime | None:
+    """The moment `ts` names, aware; None where it names none (not an ISO-8601 string)."""
+    return _parsed_ts(ts) if type(ts) is str else None
+
+
+@lru_cache(maxsize=PARSED_TS_CACHE)
+def _parsed_ts(ts: str) -> datetime | None:
+    # Each pass reads the ages of the checkpoints the last one kept: their times are parsed
+    # once, not at every pass (a datetime is immutable, so one may be shared).
     try:
         return _aware(datetime.fromisoformat(ts))
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 

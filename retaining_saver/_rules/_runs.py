@@ -49,8 +49,8 @@ def walk(
 def parents_named(node: CheckpointNode) -> set[NodeKey]:
     """The checkpoints of other namespaces `node` names in `metadata["parents"]`."""
     parents = node.metadata.get("parents")
-    if not isinstance(parents, Mapping):
-        return set()
+    if not parents or not (type(parents) is dict or isinstance(parents, Mapping)):
+        return set()  # most name none; a dict is told without the ABC's check
     return {
         (ns, cid)
         for ns, cid in parents.items()

@@ -22,6 +22,17 @@ from retaining_saver._locks import ThreadLocks
 from retaining_saver.testing import write_duration_leaf
 from retaining_saver.testing.graphs import build_chat_graph, chat_turn, thread, thread_config
 
+ALONE_BETWEEN_THE_WRITES = [
+    "write early in",
+    "write early out",
+    "alone in",
+    "alone out",
+    "write late in",
+    "write late out",
+]
+"""A holder alone comes in after the write that shared the lock first, and before the one
+that came after it: it waited for the first, and kept the second out."""
+
 
 def _written(saver: RetainingSaver, thread_id: str) -> list[str]:
     """Two checkpoints of `thread_id`, written through `saver`: the targets of writes."""
@@ -89,14 +100,7 @@ async def test_a_holder_alone_waits_for_the_writes_and_keeps_new_ones_out() -> N
     assert order == ["write early in"]  # the holder waits; the late write queues behind it
     release.set()
     await asyncio.gather(early, holder, late)
-    assert order == [
-        "write early in",
-        "write early out",
-        "alone in",
-        "alone out",
-        "write late in",
-        "write late out",
-    ]
+    assert order == ALONE_BETWEEN_THE_WRITES
 
 
 def test_a_runs_sync_writes_run_beside_each_other() -> None:
@@ -124,6 +128,51 @@ def test_a_runs_sync_writes_run_beside_each_other() -> None:
     for worker in workers:
         worker.join()
     assert failures == []
+
+
+def test_a_sync_holder_alone_waits_for_the_writes_and_keeps_new_ones_out() -> None:
+    # The condition a holder waits on is made only when it must wait (`_locks._alone`):
+    # here it must, and the writer leaving wakes it.
+    saver = RetainingSaver(InMemorySaver())
+    first, second = _written(saver, "t")
+    early_in, release = threading.Event(), threading.Event()
+    order: list[str] = []
+    own = saver.inner.put_writes
+
+    def held_write(*args: Any) -> None:
+        order.append(f"write {args[2]} in")
+        if args[2] == "early":
+            early_in.set()
+            assert release.wait(5)
+        own(*args)
+        order.append(f"write {args[2]} out")
+
+    def alone() -> None:
+        with saver._locks.hold("t"):
+            order.append("alone in")
+            order.append("alone out")
+
+    saver.inner.put_writes = held_write  # type: ignore[method-assign]
+    early = threading.Thread(
+        target=saver.put_writes, args=(thread("t", first), [("said", 1)], "early"), daemon=True
+    )
+    early.start()
+    assert early_in.wait(5)
+    holder = threading.Thread(target=alone, daemon=True)  # a failure must not hang the run
+    holder.start()
+    while not saver._locks._sync.entries["t"].lock.locked():
+        threading.Event().wait(0.001)  # the holder has the lock, and waits for the writer
+    late = threading.Thread(
+        target=saver.put_writes, args=(thread("t", second), [("said", 2)], "late"), daemon=True
+    )
+    late.start()
+    threading.Event().wait(0.02)
+    assert order == ["write early in"]  # the holder waits; the late write queues behind it
+    release.set()
+    for worker in (early, holder, late):
+        worker.join(5)
+    assert order == ALONE_BETWEEN_THE_WRITES
+    assert len(saver._locks) == 0
 
 
 def test_a_shared_lock_is_not_free_to_hold_alone() -> None:

@@ -28,6 +28,7 @@ from retaining_saver._rules import (
     plan_retention,
     untaken_skip,
 )
+from retaining_saver._rules._leaf import _parse_ts
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(days=30)
@@ -593,6 +594,22 @@ def test_ttl_keeps_a_subtree_with_an_unreadable_timestamp() -> None:
     plan = thread.plan(prune_leaf_sibling_branches=True, sibling_branch_min_age=ttl)
     assert plan.deletions == ()
     assert plan.kept[("", branch[0])] == Protection.TOO_YOUNG
+
+
+@pytest.mark.parametrize(
+    "stamp", ["not a timestamp", "", None, 1733500000, ["2024-12-06T00:00:00+00:00"]]
+)
+def test_a_time_that_names_no_moment_parses_to_none_every_time(stamp: Any) -> None:
+    # Times are parsed once and kept (`_leaf._parse_ts`): what is no string (a list
+    # cannot even be kept) names no moment all the same, never an error.
+    assert _parse_ts(stamp) is None
+    assert _parse_ts(stamp) is None
+
+
+def test_a_parsed_time_is_the_same_moment_each_time() -> None:
+    naive = NOW.replace(tzinfo=None).isoformat()
+    assert _parse_ts(naive) == NOW == _parse_ts(naive)
+    assert _parse_ts(NOW.isoformat()) == NOW
 
 
 def test_ttl_takes_naive_times_as_utc() -> None:
