@@ -80,7 +80,7 @@ chat, written by the bare saver, as a deployment's store holds many threads
 plan for a statement on one thread expects a large share of each table, so the
 wrapped thread's small statements were planned anew at every execution. (b), (c),
 (f), (g) and (h) grow the tables; on Postgres each VACUUMs and ANALYZEs a table
-(untimed) once autovacuum would with its defaults (`bench_admission.autovacuum_when_due`:
+(untimed) once autovacuum would with its defaults (`_bench_stores.autovacuum_when_due`:
 a fifth of its rows dead, a tenth changed since its last ANALYZE), as a server's
 autovacuum keeps a growing table's statistics and clears what the passes delete
 (`side_by_side(..., growing=)`; the server here runs none).
@@ -96,6 +96,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import _bench_stores as stores
 import _common
 import bench_admission as admission
 import bench_storage as storage
@@ -205,14 +206,14 @@ async def write_fleet(inner: BaseCheckpointSaver[Any], threads: int) -> None:
     for k in range(threads):
         for i in range(FLEET_RUNS):
             await graph.ainvoke(turn(i), thread(f"fleet-{k}"))
-    await admission.analyze(inner)
+    await stores.analyze(inner)
 
 
 async def admission_figures(
     kind: str, reps: int, directory: str, frozen: bool = False, fleet: int = FLEET
 ) -> list[Any]:
     figures: list[Any] = []
-    async with admission.open_saver(kind, directory) as inner:
+    async with stores.open_saver(kind, directory) as inner:
         saver = RetainingSaver(inner, retention=RETENTION)
         await saver.acreate_retention_indexes()
         await write_fleet(inner, fleet)
@@ -224,7 +225,7 @@ async def admission_figures(
         wrapped = chat_graph(saver)
         for i in range(HORIZON):
             await wrapped.ainvoke(turn(i), thread("run-wrapped"))
-        await admission.analyze(inner)
+        await stores.analyze(inner)
 
         times = await admission.admission_reads(saver, "below", reps, "attempted")
         what = f"(a) below the horizon ({HORIZON // 2} runs): admission read / bare read"
@@ -284,8 +285,8 @@ async def legacy_figure(kind: str, saver: RetainingSaver) -> list[Any]:
     figures = []
     for frozen in (False, True):
         thread_id = f"legacy-{'frozen' if frozen else 'as-is'}"
-        await admission.write_chain(saver.inner, thread_id, admission.BIG, run_length=4)
-        await admission.analyze(saver.inner)
+        await stores.write_chain(saver.inner, thread_id, admission.BIG, run_length=4)
+        await stores.analyze(saver.inner)
         one_collection = _common.full_collection_ms()
         with _common.frozen_heap(frozen), _common.full_collections() as paid:
             times = await _converge(saver, thread_id)
