@@ -68,6 +68,33 @@ async def open_saver(kind: str, directory: str) -> AsyncIterator[BaseCheckpointS
             await asyncio.to_thread(_common.drop_database, server, dsn)
 
 
+@asynccontextmanager
+async def sync_twin(inner: BaseCheckpointSaver[Any]) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """The sync saver of `inner`'s store (a `SqliteSaver` on its file, a `PostgresSaver` on
+    its database), on a connection of its own; `inner` itself where there is none
+    (memory). The store's tables are `inner`'s: a growing one is still VACUUMed through
+    it (`autovacuum_when_due`)."""
+    kind = type(inner).__name__
+    if kind == "AsyncSqliteSaver":
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        rows = await (await inner.conn.execute("PRAGMA database_list")).fetchall()  # type: ignore[attr-defined]
+        conn = sqlite3.connect(rows[0][2], check_same_thread=False)
+        try:
+            yield SqliteSaver(conn)
+        finally:
+            conn.close()
+    elif kind == "AsyncPostgresSaver":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(inner.conn.info.dsn) as twin:  # type: ignore[attr-defined]
+            yield twin
+    else:
+        yield inner
+
+
 # A long thread, written directly: a realistic chain of chat-shaped checkpoints.
 
 

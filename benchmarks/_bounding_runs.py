@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
+import _bench_stores as stores
 import _common
 import bench_admission as admission
 import bench_storage as storage
@@ -79,6 +80,32 @@ def both(
         len(windows),
     )
     return [median, mean]
+
+
+async def sync_run_figure(
+    kind: str, inner: BaseCheckpointSaver[Any], reps: int, frozen: bool
+) -> Any:
+    """(c) on the store's sync saver (`_bench_stores.sync_twin`): `invoke` on a fresh pair
+    of threads at the horizon, where the admission runs its pass before it answers, and
+    LangGraph stores a sync run's checkpoints from a thread of its own."""
+    async with stores.sync_twin(inner) as twin:
+        saver = RetainingSaver(twin, retention=RETENTION)
+        wrapped, bare = chat_graph(saver), chat_graph(twin)
+        for i in range(HORIZON):
+            wrapped.invoke(turn(i), thread("sync-wrapped"))
+            bare.invoke(turn(i), thread("sync-bare"))
+        runs = iter(range(HORIZON, 10**9))
+
+        async def wrapped_run() -> None:
+            wrapped.invoke(turn(next(runs)), thread("sync-wrapped"))
+
+        async def bare_run() -> None:
+            bare.invoke(turn(next(runs)), thread("sync-bare"))
+
+        label = f"(c) sync, a whole run at the horizon{frozen_label(frozen)}"
+        calls = {"wrapped": wrapped_run, "bare": bare_run}
+        times = await whole_runs(kind, label, reps, calls, inner, frozen)
+        return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
 
 
 class _Said(TypedDict, total=False):

@@ -31,6 +31,11 @@ medians; absolute times are context only), on every backend given:
     run). The wrapped run is timed until the pass its admission left has finished
     too. Goal <= 1.1x.
 
+(c) sync: (c) on the store's sync saver (SqliteSaver, PostgresSaver: `invoke`, on a fresh
+    pair of threads), whose admission runs its pass before it answers (only an async
+    admission read leaves it until after), and whose runs LangGraph stores from a
+    thread of its own. Ratio of means. Goal: (c)'s.
+
 (b) and (c) print two rows each: the ratio of medians (the typical admission,
 one that skips the pass) and the ratio of means (what admissions cost on
 average, the passes included: the amortised figure). The mean row's paired
@@ -110,6 +115,7 @@ from _bounding_runs import (
     chat_figure,
     frozen_label,
     model_figure,
+    sync_run_figure,
     unzeroed_chat_figure,
     whole_runs,
 )
@@ -263,6 +269,7 @@ async def admission_figures(
         figures += both(kind, f"{label}: wrapped / bare", times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")
+        figures.append(await sync_run_figure(kind, inner, reps, frozen))
         for chat in (MESSAGES, STATE):
             figures.append(await chat_figure(kind, inner, reps, chat, frozen=frozen))
             unzeroed = await unzeroed_chat_figure(kind, inner, reps, chat, frozen)
