@@ -118,7 +118,7 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
 
 def _parse_ts(ts: str) -> datetime | None:
     """The moment `ts` names, aware; None where it names none (not an ISO-8601 string)."""
-    return _parsed_ts(ts) if type(ts) is str else None
+    return _parsed_ts(str(ts)) if isinstance(ts, str) else None
 
 
 @lru_cache(maxsize=PARSED_TS_CACHE)
