@@ -612,6 +612,23 @@ def test_a_parsed_time_is_the_same_moment_each_time() -> None:
     assert _parse_ts(NOW.isoformat()) == NOW
 
 
+@pytest.mark.parametrize("stamp", [None, 1733500000])
+def test_sibling_branches_whose_time_is_no_string_are_judged_not_raised(stamp: Any) -> None:
+    # A hand-made checkpoint's time may be no string: the branches are ordered as if it
+    # were missing, and judged of unknown age, where a plan once raised comparing them.
+    thread = Thread()
+    main = thread.run(None)
+    first = thread.run(main[0], 2)
+    second = thread.run(main[0], 2)
+    thread.run(main[-1])
+    thread.change(first[-1], ts=stamp)
+    plan = thread.plan(prune_leaf_sibling_branches=True)
+    assert sorted(deleted(plan)) == sorted(first + second)
+    ttl = timedelta(minutes=1)
+    plan = thread.plan(prune_leaf_sibling_branches=True, sibling_branch_min_age=ttl)
+    assert plan.kept[("", first[-1])] == Protection.TOO_YOUNG
+
+
 def test_ttl_takes_naive_times_as_utc() -> None:
     thread = Thread()
     main = thread.run(None)
