@@ -13,6 +13,7 @@ from retaining_saver._rules._leaf import (
     _aware,
     _graftable_onto,
     _parse_ts,
+    _time_text,
     is_clone,
     leaf_deletion,
 )
@@ -280,7 +281,7 @@ class _Planner:
                 # The missing row may hang below any other loose subtree here.
                 self.broken_namespaces.add(root[0])
         subtrees = [(root, post_order(self.children, root, loose)) for root in roots]
-        subtrees.sort(key=lambda pair: max(_time_text(self.lineage.nodes[k]) for k in pair[1]))
+        subtrees.sort(key=lambda pair: max(_time_text(self.lineage.nodes[k].ts) for k in pair[1]))
         units: list[list[Deletion]] = []
         for root, keys in subtrees:
             protection = self._subtree_protection(root, keys)
@@ -311,12 +312,6 @@ class _Planner:
             Reason.SUPERSEDED_BRANCH,
             writes_consumed=node.write_count > 0,
         )
-
-
-def _time_text(node: CheckpointNode) -> str:
-    """`node.ts` to order subtrees by, oldest first; a time that is no string (a hand-made
-    checkpoint's) orders as a missing one, `""`, which the backends give for none."""
-    return node.ts if isinstance(node.ts, str) else ""
 
 
 def _subgraph_parents(lineage: Lineage) -> set[NodeKey]:
