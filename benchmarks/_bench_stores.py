@@ -29,7 +29,8 @@ BATCH = 1_000
 # would with its defaults: once more rows died than `autovacuum_vacuum_threshold` (50)
 # plus `autovacuum_vacuum_scale_factor` (0.2) of its rows, and once more changed since
 # its last ANALYZE than `autovacuum_analyze_threshold` (50) plus
-# `autovacuum_analyze_scale_factor` (0.1) of them (`side_by_side`).
+# `autovacuum_analyze_scale_factor` (0.1) of them (`autovacuum_when_due`, which
+# `bench_admission.side_by_side` calls between repetitions).
 DUE_FOR_AUTOVACUUM_SQL = """
 SELECT s.relname,
     s.n_dead_tup > 50 + 0.2 * greatest(c.reltuples, 0) AS vacuum,

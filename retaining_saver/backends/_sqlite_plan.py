@@ -1,11 +1,17 @@
 """Carrying out a plan on SQLite: the statements `_apply` drives for a `SqliteBackend`.
 
-Each change is one guarded statement (in process, there is no round trip to
-save by batching them): a re-parenting only moves a checkpoint that still has
-the parent the plan proved, onto a parent that still exists; a deletion only
-removes a checkpoint that still has its parent, no child, and no writes unless
-the plan counts them consumed. A DeltaChannel value is stored as the saver
-stores a snapshot: inside the checkpoint's serialized payload.
+Each change is one guarded statement: a re-parenting only moves a checkpoint
+that still has the parent the plan proved, onto a parent that still exists; a
+deletion only removes a checkpoint that still has its parent, no child, and no
+writes unless the plan counts them consumed. A DeltaChannel value is stored as
+the saver stores a snapshot: inside the checkpoint's serialized payload.
+
+In process there is no round trip to save by batching. One statement over a
+`json_each` list of the rows, as Postgres deletes them, was measured on SQLite
+3.40: 0.20 ms against 0.28 ms for the 24 rows of an admission's pass, but far
+worse than linear beyond (356 ms for 2,000 rows, 19 s for 20,000: its lookups in
+the list find no index), where a prune deletes them one by one in linear time.
+Not built.
 
 The module also decodes rows into nodes (`checkpoint_of`, `node_of`: SQLite
 keeps versions inside the serialized payload), which lineage loads and
