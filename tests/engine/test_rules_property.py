@@ -7,7 +7,10 @@ checkpoints (superseded subtrees), pending writes on leaves, a persistent
 subgraph namespace and one-off task namespaces whose checkpoints name root
 checkpoints in `metadata["parents"]`, explicit protections and, sometimes, a
 row that the lineage load no longer finds. The plan is carried out by an
-in-test copy of `Backend.apply_plan` and the outcome is checked.
+in-test copy of `Backend.apply_plan` and the outcome is checked. The last
+property puts values LangGraph never writes into a few fields (a `ts` that is no
+string, metadata of any shape, versions of mixed types) and plans under the
+history rules too: the rules must judge such a thread, never raise on it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from retaining_saver._rules import (
@@ -33,6 +36,7 @@ from retaining_saver._rules import (
     graft_holds,
     plan_retention,
 )
+from retaining_saver._rules._ages import next_age_crossing
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 CHANNELS = ("messages", "context", "__start__")
@@ -537,3 +541,71 @@ def test_a_missing_row_hides_no_ancestor(s: Scenario) -> None:
     for key in out.after:
         lost = [k for k in ancestors(really, key) if k in s.nodes and k not in out.after]
         assert not lost, f"{key} lost its ancestors {lost}"
+
+
+# Fields that LangGraph never writes so: the rules judge them, never raise on them
+
+ODD_VALUES: tuple[Any, ...] = (None, 1, 2.5, -1, 10**20, True, "", "x", "not a time", [], {})
+"""What a hand-made checkpoint (app code's own `put`, a row another tool wrote) may hold
+where LangGraph writes a time, a step, a source, a run id or a map."""
+
+HASHABLE_ODD_VALUES = tuple(v for v in ODD_VALUES if not isinstance(v, list | dict))
+"""The odd values a channel's version may hold here. A list or dict version makes a pass
+fail (its blobs are keyed by version), which deletes nothing: safe, and counted."""
+
+ODD_METADATA_KEYS = ("step", "source", "parents", "run_id", "run_durations")
+
+
+def with_odd_field(node: CheckpointNode, data: st.DataObject) -> CheckpointNode:
+    """`node` with one field, or one entry of its maps, holding an odd value."""
+    field = data.draw(st.sampled_from(["ts", "metadata", "a parent", "version", "seen"]))
+    if field == "ts":
+        return replace(node, ts=data.draw(st.sampled_from(ODD_VALUES)))
+    if field == "metadata":
+        key = data.draw(st.sampled_from(ODD_METADATA_KEYS))
+        return replace(
+            node, metadata={**node.metadata, key: data.draw(st.sampled_from(ODD_VALUES))}
+        )
+    if field == "a parent":
+        parents = {"": data.draw(st.sampled_from(ODD_VALUES))}
+        return replace(node, metadata={**node.metadata, "parents": parents})
+    channel = data.draw(st.sampled_from(sorted(node.channel_versions) or ["messages"]))
+    version = data.draw(st.sampled_from(HASHABLE_ODD_VALUES))
+    if field == "version":
+        return replace(node, channel_versions={**node.channel_versions, channel: version})
+    return replace(node, versions_seen={**node.versions_seen, "agent": {channel: version}})
+
+
+ODD_FIELD_POLICIES = (
+    {},
+    {"history_keep_runs": 0, "history_min_age": timedelta(0)},
+    {"history_keep_runs": 1, "history_min_age": timedelta(0)},
+    {"history_keep_runs": 2, "history_min_age": timedelta(minutes=5)},
+    {"history_keep_runs": 3, "compact_steps": True, "history_min_age": timedelta(0)},
+    {"compact_steps": True, "history_min_age": timedelta(minutes=3)},
+    {"keep_latest": True, "history_min_age": timedelta(0)},
+)
+
+
+@SETTINGS
+@given(scenarios(), st.data())
+def test_the_rules_judge_a_thread_with_odd_fields_and_never_raise(
+    s: Scenario, data: st.DataObject
+) -> None:
+    """A pass that raised on such a checkpoint would fail on every admission (logged once,
+    counted), and its thread would never be bounded again. Whatever the fields hold, the
+    plan deletes only rows it read, and no row that owns writes but a consumed branch's."""
+    nodes = dict(s.nodes)
+    assume(nodes)
+    for key in data.draw(st.lists(st.sampled_from(sorted(nodes)), min_size=1, max_size=3)):
+        nodes[key] = with_odd_field(nodes[key], data)
+    cap = s.policy.max_delete_per_run or None  # 0 is refused in a policy with history rules
+    extra = data.draw(st.sampled_from(ODD_FIELD_POLICIES))
+    policy = replace(s.policy, max_delete_per_run=cap, **extra)
+    lineage = Lineage.of("thread", nodes.values())
+    plan = plan_retention(lineage, policy, s.now)
+    next_age_crossing(lineage, policy, s.now)
+    assert keys_of(plan.deletions) <= set(nodes)
+    for deletion in plan.deletions:
+        if nodes[(deletion.checkpoint_ns, deletion.checkpoint_id)].write_count:
+            assert deletion.writes_consumed, deletion
