@@ -77,9 +77,11 @@ passing the thread every 30 ms (`aadmit`, on a 2-CPU machine), a drop-in run
 (no `retention=`) cost 0.97x the bare run on SQLite and 0.93x-0.97x on
 Postgres, its thread held at 10 to 12 runs, where the same harness gave
 `retention=` 1.11x and 1.09x-1.15x. Not built: such a runner needs the policy
-(its callables too), each run's protections and spared head sent to it, and
-what each pass did (its room, counters, `on_reclaim`, the history caches to
-invalidate first) sent back.
+(its callables too), each run's protections and spared head sent to it, what
+each pass did (its room, counters, `on_reclaim`, the history caches to
+invalidate first) sent back, and a proof of its own: its passes run beside a
+run in flight, which the README's deployment requirement rules out for
+admissions in two processes.
 """
 
 from __future__ import annotations
