@@ -71,7 +71,8 @@ A run is timed with the pass its admission left, and both are CPU on one loop,
 so a run that no longer waits for the pass finishes no sooner; not built. Nor is
 leaving a sync admission's pass to a thread of its own: on PostgresSaver, whose
 one connection the pass and the run's puts take turns on, (c) sync measured
-1.14x in a thread (holding no lock: the upper bound) and 1.14x-1.15x inline, two runs each.
+1.14x in a thread (holding no lock: the upper bound) and 1.14x-1.15x inline,
+two runs each.
 What does take a pass's cost off the run is another process: with a second one
 passing the thread every 30 ms (`aadmit`, on a 2-CPU machine), a drop-in run
 (no `retention=`) cost 0.97x the bare run on SQLite and 0.93x-0.97x on

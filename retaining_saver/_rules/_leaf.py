@@ -116,13 +116,13 @@ def leaf_deletion(node: CheckpointNode, reason: Reason, *, head: bool) -> Deleti
     )
 
 
-def _time_text(ts: str) -> str:
+def _time_text(ts: object) -> str:
     """A checkpoint's `ts` as text: a time that is no string (a hand-made checkpoint's)
     reads as a missing one, `""`, which the backends give for none."""
     return str(ts) if isinstance(ts, str) else ""
 
 
-def _parse_ts(ts: str) -> datetime | None:
+def _parse_ts(ts: object) -> datetime | None:
     """The moment `ts` names, aware; None where it names none (not an ISO-8601 string)."""
     return _parsed_ts(_time_text(ts))
 
