@@ -40,14 +40,50 @@ async def whole_runs(
     calls: dict[str, Any],
     inner: BaseCheckpointSaver[Any],
     frozen: bool,
+    saver: RetainingSaver | None = None,
 ) -> dict[str, list[float]]:
     """`side_by_side` for (c) and (f), printing the full collections each side paid: one
-    of the whole heap costs tens of ms, several runs' worth, wherever it falls."""
+    of the whole heap costs tens of ms, several runs' worth, wherever it falls. With
+    `saver` (the wrapped side's), also how the wrapped runs whose admission ran a pass
+    and the others compare with the bare runs (`pass_split`)."""
     paid: dict[str, list[float]] = {}
-    times = await admission.side_by_side(reps, calls, growing=inner, paid=paid, frozen=frozen)
+    passed: list[bool] = []
+    counted = [0 if saver is None else saver.counters.history_passes]
+
+    def note_pass(name: str, result: Any) -> None:
+        # Read after the timed call: whether the wrapped run's admission ran a pass.
+        if saver is not None and name == "wrapped":
+            passes = saver.counters.history_passes
+            passed.append(passes > counted[0])
+            counted[0] = passes
+
+    times = await admission.side_by_side(
+        reps, calls, check=note_pass, growing=inner, paid=paid, frozen=frozen
+    )
     sides = ", ".join(f"{name} {len(ms)} ({sum(ms):.0f} ms)" for name, ms in sorted(paid.items()))
     print(f"{kind}: {label}: full collections in the timed runs: {sides}")
+    if saver is not None:
+        print(f"{kind}: {label}: {pass_split(times, passed)}")
     return times
+
+
+def pass_split(times: dict[str, list[float]], passed: list[bool]) -> str:
+    """The wrapped runs whose admission ran a pass, and the others, each as the ratio of
+    their median to the bare runs' median: where a whole run's excess comes from (the
+    mean's share of the passes is the first ratio less 1, over the slack cycle)."""
+    wrapped, bare = times["wrapped"], times["bare"]
+    marks = passed[-len(wrapped) :]  # the warmup's runs were checked, not kept
+    with_pass = [t for t, ran in zip(wrapped, marks, strict=True) if ran]
+    without = [t for t, ran in zip(wrapped, marks, strict=True) if not ran]
+    base = _common.median(bare)
+
+    def ratio(runs: list[float]) -> str:
+        return f"{_common.median(runs) / base:.3f}x" if runs else "-"
+
+    return (
+        f"runs whose admission ran a pass: {len(with_pass)}, median {ratio(with_pass)} the "
+        f"bare median; the others: {len(without)}, {ratio(without)}"
+    )
 
 
 def both(
@@ -104,7 +140,7 @@ async def sync_run_figure(
 
         label = f"(c) sync, a whole run at the horizon{frozen_label(frozen)}"
         calls = {"wrapped": wrapped_run, "bare": bare_run}
-        times = await whole_runs(kind, label, reps, calls, inner, frozen)
+        times = await whole_runs(kind, label, reps, calls, inner, frozen, saver)
         return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
 
 
@@ -208,7 +244,7 @@ async def chat_figure(
         "wrapped": wrapped_run,
         "bare": lambda: bare.ainvoke(chat.turn(next(runs)), bare_thread),
     }
-    times = await whole_runs(kind, label, chat.reps(reps), calls, inner, frozen)
+    times = await whole_runs(kind, label, chat.reps(reps), calls, inner, frozen, saver)
     return both(kind, f"{label}: wrapped / bare", times, 1.1)[1]
 
 

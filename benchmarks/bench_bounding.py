@@ -71,6 +71,11 @@ column is over windows of 6 consecutive repetitions (one pass each).
     what the admissions allocate. Each stretch prints the full collections it
     paid, beside one `gc.collect()` of the process's heap timed before it.
 
+(c), (c) sync, (f), (g) and (h) also print where the excess comes from: the median of
+the wrapped runs whose admission ran a pass, and of the others, each over the bare
+runs' median (`pass_split`). A run's pass is the mean's excess over the others' (one
+run in 6 pays it), wherever the pass runs: see README, *As threads are used*.
+
 (c), (f), (g) and (h) print the full cyclic collections each side's timed runs paid: one of
 the whole heap (the imports' objects) costs tens of ms, several runs' worth, on
 whichever side it falls. With `--freeze` the process's objects are frozen before
@@ -265,7 +270,7 @@ async def admission_figures(
             "wrapped": wrapped_run,
             "bare": lambda: bare.ainvoke(turn(next(runs)), thread("run-bare")),
         }
-        times = await whole_runs(kind, label, reps, calls, inner, frozen)
+        times = await whole_runs(kind, label, reps, calls, inner, frozen, saver)
         figures += both(kind, f"{label}: wrapped / bare", times, 1.1)
         held = await saver.astorage_stats("run-wrapped")
         print(f"{kind}: run-wrapped holds {checkpoint_rows(held)} checkpoints")

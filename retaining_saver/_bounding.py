@@ -73,16 +73,21 @@ leaving a sync admission's pass to a thread of its own: on PostgresSaver, whose
 one connection the pass and the run's puts take turns on, (c) sync measured
 1.14x in a thread (holding no lock: the upper bound) and 1.14x-1.15x inline,
 two runs each.
-What does take a pass's cost off the run is another process: with a second one
-passing the thread every 30 ms (`aadmit`, on a 2-CPU machine), a drop-in run
-(no `retention=`) cost 0.97x the bare run on SQLite and 0.93x-0.97x on
-Postgres, its thread held at 10 to 12 runs, where the same harness gave
-`retention=` 1.11x and 1.09x-1.15x. Not built: such a runner needs the policy
-(its callables too), each run's protections and spared head sent to it, what
-each pass did (its room, counters, `on_reclaim`, the history caches to
-invalidate first) sent back, and a proof of its own: its passes run beside a
-run in flight, which the README's deployment requirement rules out for
-admissions in two processes.
+Nor does a pass in another process take its cost off the run (a scratch
+harness on this 2-CPU machine, 300 runs a side, two runs each): with each
+left pass's plan (its window, spared head and protections) made and carried
+out by a child process as the admission asked, a run held off by the lock
+until the child's reply cost 1.14x the bare run on AsyncSqliteSaver, against
+1.11x with the pass in process (the run waits on the reply as on the pass);
+with no lock held (an upper bound, not safe) 1.10x-1.12x against 1.11x-1.12x,
+and on AsyncPostgresSaver 1.19x-1.21x against 1.21x-1.24x. A pass's work lands
+on the runs it overlaps wherever it runs: SQLite's write lock and page writes
+stall their writes, and Postgres's server shares the machine. An earlier
+reading (a drop-in run 0.93x-0.97x the bare one while a second process passed
+its thread every 30 ms) timed those passes beside bare and wrapped runs alike:
+a run one overlapped took 1.0 ms (SQLite) and 1.2-2.2 ms (Postgres) longer,
+bare or wrapped, which the side-by-side ratio hid. So a run pays its pass's
+own work; `bench_bounding` prints that share (`pass_split`).
 """
 
 from __future__ import annotations

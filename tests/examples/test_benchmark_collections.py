@@ -5,19 +5,15 @@ freezes the heap for a block only when asked."""
 from __future__ import annotations
 
 import gc
-import importlib
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def common(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    return importlib.import_module("_common")
+def common(bench_module: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_module("_common")
 
 
 def test_each_full_collection_is_recorded_once(common: ModuleType) -> None:
