@@ -18,3 +18,29 @@ def test_relative_links_name_existing_files(page: Path) -> None:
         if "://" in target:
             continue
         assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives `page`'s headings: lower case, each space a hyphen, and
+    every other character but letters, digits, hyphens and underscores dropped; a
+    repeated one gets `-1`, `-2`, ... (headings inside code blocks are none)."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchor, repeat = slug, 0
+        while anchor in anchors:
+            repeat += 1
+            anchor = f"{slug}-{repeat}"
+        anchors.add(anchor)
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_into_pages_name_existing_headings(page: Path) -> None:
+    prose = re.sub(r"```.*?```|`[^`]*`", "", page.read_text(), flags=re.DOTALL)
+    for target, anchor in re.findall(r"\]\(([^)#]*)#([^)]+)\)", prose):
+        if "://" in target or not (target == "" or target.endswith(".md")):
+            continue
+        linked = page if target == "" else page.parent / target
+        assert anchor in heading_anchors(linked), f"{page.name} links to missing {target}#{anchor}"
