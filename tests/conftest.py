@@ -1,4 +1,5 @@
-"""Shared fixtures: a real SQLite file per test and a fresh PostgreSQL database per test.
+"""Shared fixtures: a real SQLite file per test, a fresh PostgreSQL database per test, and
+a module of `benchmarks/` for the tests of the benchmark helpers.
 
 The server DSN comes from `RETAINING_SAVER_PG_DSN` (default
 `postgresql://postgres@127.0.0.1:5432/test`). Outside CI an unreachable
@@ -7,11 +8,13 @@ server skips the Postgres tests with one reason; with `CI=true` it fails them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -94,3 +97,14 @@ def sqlite_conn(sqlite_path: str) -> Iterator[sqlite3.Connection]:
         yield conn
     finally:
         conn.close()
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench_module(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """Import a module of `benchmarks/` (no package: its scripts import each other from
+    their own directory) by name, with that directory on the path for the test alone."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module
