@@ -57,8 +57,12 @@ meanwhile. What keeps this safe, where the run already holds the head:
 
 `asettle_history()` waits for the passes left running on the loop (the
 benchmark times a run until its pass is done). This was weighed against a
-larger slack (`slack_runs`) and rejected: the horizon would bound a thread
-less tightly for the same work per run. Running the pass before the answer on
+larger slack (`slack_runs`) and rejected: a slack of N runs (a pass every N + 1)
+costs a run less, since each pass reads and plans the kept runs once for more
+deleted ones ((c)'s harness, 300 runs a side, two runs each: 1.09x-1.10x the
+bare run against 1.13x-1.14x on AsyncSqliteSaver, 1.18x-1.20x against 1.23x on
+AsyncPostgresSaver), but a thread then holds up to 2N runs, and neither reaches
+1.1x by it. Running the pass before the answer on
 AsyncSqliteSaver, whose pass shares the process (and its GIL) with the run, was
 measured too (bench_bounding, three runs each way): (b)'s mean rose from 0.55x
 the bare read to 1.47x-1.64x, past its 1.5x bound, (c)'s mean moved from
