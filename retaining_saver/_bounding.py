@@ -56,42 +56,15 @@ meanwhile. What keeps this safe, where the run already holds the head:
   through an admission or a locked read, after the pass.
 
 `asettle_history()` waits for the passes left running on the loop (the
-benchmark times a run until its pass is done). This was weighed against a
-larger slack (`slack_runs`) and rejected: a slack of N runs (a pass every N + 1)
-costs a run less, since each pass reads and plans the kept runs once for more
-deleted ones ((c)'s harness, 300 runs a side, two runs each: 1.09x-1.10x the
-bare run against 1.13x-1.14x on AsyncSqliteSaver, 1.18x-1.20x against 1.23x on
-AsyncPostgresSaver), but a thread then holds up to 2N runs, and neither reaches
-1.1x by it. Running the pass before the answer on
-AsyncSqliteSaver, whose pass shares the process (and its GIL) with the run, was
-measured too (bench_bounding, three runs each way): (b)'s mean rose from 0.55x
-the bare read to 1.47x-1.64x, past its 1.5x bound, (c)'s mean moved from
-1.11x-1.13x to 1.10x-1.11x, and (f) was no better; rejected.
-So was the other way round, a left pass that holds no lock while it reads and
-plans (the upper bound measured: no lock at all, AsyncPostgresSaver, (c)'s chat
-at the horizon, four runs each way in one harness): the wrapped run over the
-bare one was 1.08x-1.13x with the lock handed over and 1.10x-1.14x without it.
-A run is timed with the pass its admission left, and both are CPU on one loop,
-so a run that no longer waits for the pass finishes no sooner; not built. Nor is
-leaving a sync admission's pass to a thread of its own: on PostgresSaver, whose
-one connection the pass and the run's puts take turns on, (c) sync measured
-1.14x in a thread (holding no lock: the upper bound) and 1.14x-1.15x inline,
-two runs each.
-Nor does a pass in another process take its cost off the run (a scratch
-harness on this 2-CPU machine, 300 runs a side, two runs each): with each
-left pass's plan (its window, spared head and protections) made and carried
-out by a child process as the admission asked, a run held off by the lock
-until the child's reply cost 1.14x the bare run on AsyncSqliteSaver, against
-1.11x with the pass in process (the run waits on the reply as on the pass);
-with no lock held (an upper bound, not safe) 1.10x-1.12x against 1.11x-1.12x,
-and on AsyncPostgresSaver 1.19x-1.21x against 1.21x-1.24x. A pass's work lands
-on the runs it overlaps wherever it runs: SQLite's write lock and page writes
-stall their writes, and Postgres's server shares the machine. An earlier
-reading (a drop-in run 0.93x-0.97x the bare one while a second process passed
-its thread every 30 ms) timed those passes beside bare and wrapped runs alike:
-a run one overlapped took 1.0 ms (SQLite) and 1.2-2.2 ms (Postgres) longer,
-bare or wrapped, which the side-by-side ratio hid. So a run pays its pass's
-own work; `bench_bounding` prints that share (`pass_split`).
+benchmark times a run until its pass is done). Five other designs were
+measured against this one and not built, each recorded with its figures in
+docs/bounding.md (*Why a run pays its pass*): a larger slack (`slack_runs`),
+which costs a run a little less but lets a thread hold up to 2N runs; the pass
+before the answer on AsyncSqliteSaver, which took (b) past its bound; a left
+pass holding no lock, and a sync pass in a thread of its own, which gained
+nothing (a run and its pass are CPU on one loop, or under one GIL); and a pass
+in another process, whose work lands on the runs it overlaps all the same. A
+run pays its pass's own work; `bench_bounding` prints that share (`pass_split`).
 """
 
 from __future__ import annotations
