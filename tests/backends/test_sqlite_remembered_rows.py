@@ -517,6 +517,30 @@ def test_the_async_wrapper_knows_what_it_wrote(sqlite_path: str) -> None:
     asyncio.run(main())
 
 
+def test_a_put_is_taken_as_put_whatever_its_caller_changes_after(
+    saver: SqliteSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a put wrote is known from copies made as it is put (`stored`): versions or
+    metadata its caller changes after the put are not what the row holds, and the load
+    that takes the row as put gives the row's node all the same."""
+    chat_graph(saver).invoke(turn(0), thread("t"))
+    found = saver.get_tuple(thread("t"))
+    assert found is not None
+    backend = SqliteBackend(saver)
+    backend.stored(found.config, found.checkpoint, found.metadata)
+    versions = found.checkpoint["channel_versions"]
+    versions.update({channel: "99999" for channel in versions} | {"added": "1"})
+    for seen in found.checkpoint["versions_seen"].values():
+        seen["added"] = "1"
+    found.checkpoint["versions_seen"]["added"] = {"added": "1"}
+    found.metadata["step"] = 12345
+    decodes = Decodes(backend, monkeypatch)
+    loaded = _load(backend, "t")
+    assert decodes.count == len(_rows(saver, "t")) - 1  # the put's row was taken as put
+    assert loaded == _fresh(saver, "t")
+    assert loaded.nodes[("", found.checkpoint["id"])].metadata["step"] != 12345
+
+
 def test_a_value_stored_at_a_written_row_forgets_what_was_written(
     sqlite_conn: sqlite3.Connection,
 ) -> None:
