@@ -42,20 +42,22 @@ async def whole_runs(
     frozen: bool,
     saver: RetainingSaver | None = None,
 ) -> dict[str, list[float]]:
-    """`side_by_side` for (c) and (f), printing the full collections each side paid: one
-    of the whole heap costs tens of ms, several runs' worth, wherever it falls. With
+    """`side_by_side` for the whole-run rows ((c), (c) sync, (f), (g), (h)), printing the
+    full collections each side paid: one of the whole heap costs tens of ms, several
+    runs' worth, wherever it falls. With
     `saver` (the wrapped side's), also how the wrapped runs whose admission ran a pass
     and the others compare with the bare runs (`pass_split`)."""
     paid: dict[str, list[float]] = {}
     passed: list[bool] = []
-    counted = [0 if saver is None else saver.counters.history_passes]
+    counted = 0 if saver is None else saver.counters.history_passes
 
     def note_pass(name: str, result: Any) -> None:
         # Read after the timed call: whether the wrapped run's admission ran a pass.
+        nonlocal counted
         if saver is not None and name == "wrapped":
             passes = saver.counters.history_passes
-            passed.append(passes > counted[0])
-            counted[0] = passes
+            passed.append(passes > counted)
+            counted = passes
 
     times = await admission.side_by_side(
         reps, calls, check=note_pass, growing=inner, paid=paid, frozen=frozen

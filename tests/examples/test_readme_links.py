@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def test_relative_links_name_existing_files(page: Path) -> None:
         assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
 
 
-def heading_anchors(page: Path) -> set[str]:
+@functools.cache
+def heading_anchors(page: Path) -> frozenset[str]:
     """The anchors GitHub gives `page`'s headings: lower case, each space a hyphen, and
     every other character but letters, digits, hyphens and underscores dropped; a
     repeated one gets `-1`, `-2`, ... (headings inside code blocks are none)."""
@@ -37,7 +39,7 @@ def heading_anchors(page: Path) -> set[str]:
             repeat += 1
             anchor = f"{slug}-{repeat}"
         anchors.add(anchor)
-    return anchors
+    return frozenset(anchors)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
