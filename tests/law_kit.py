@@ -19,6 +19,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypedDict
 
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -230,3 +232,18 @@ def pair_new_ids(to_twin: dict[str, str], mine: Iterable[str], theirs: Iterable[
     new_theirs = sorted(i for i in theirs if i not in known)
     assert len(new_mine) == len(new_theirs), "the twins wrote different checkpoints"
     to_twin.update(zip(new_mine, new_theirs, strict=True))
+
+
+def run_machine(machine: Any, examples: int, steps: int) -> None:
+    """Run a law state machine: every step does real I/O on two threads, which is the
+    point, so no deadline and no too-slow health check."""
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            print_blob=True,
+        ),
+    )

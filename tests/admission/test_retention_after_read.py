@@ -77,6 +77,29 @@ async def test_a_run_finds_its_pass_done_when_it_returns(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_left_pass_defers_a_plan_that_would_reshape_the_head_its_run_read(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The head is an input checkpoint alone in its run (`update_state` as the input), so a
+    horizon of one run keeps it alone and makes it a root: the pass the read left does
+    nothing, and the next admission, which runs its pass first, does it."""
+    async with _wrapped(kind, request) as (graph, saver):
+        await graph.aupdate_state(thread(KEPT), turn(9), as_node="__input__")
+        saver = RetainingSaver(
+            saver.inner, retention=dataclasses.replace(HORIZON, history_keep_runs=1)
+        )
+        head = await saver.aget_tuple(run_read(KEPT))
+        await saver.asettle_history()
+        row = await saver.inner.aget_tuple(head.config if head is not None else {})
+        left = saver.counters.history_reclaimed
+        await saver.aadmit(KEPT)
+        history = [s async for s in graph.aget_state_history(thread(KEPT))]
+    assert head is not None and row is not None and head.parent_config is not None
+    assert row.parent_config == head.parent_config and left == 0
+    assert saver.counters.history_reclaimed == 20 and len(history) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_sync_admission_read_runs_its_pass_first(
     kind: str, request: pytest.FixtureRequest
 ) -> None:

@@ -26,10 +26,9 @@ from typing import Any
 
 import pytest
 from compaction_kit import memory_graph, one_piece, saved_lineage
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-from law_kit import pair_new_ids
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from law_kit import pair_new_ids, run_machine
 from savers import open_sync
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -160,15 +159,7 @@ FLAVORS = ["full", "delta", "delta-with-graph"]
 
 def _check(saver: Any, flavor: str, examples: int) -> None:
     machine = type("Bound", (HistoryMachine,), {"saver": saver, "flavor": flavor})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=STEPS,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        ),
-    )
+    run_machine(machine, examples, STEPS)
 
 
 @pytest.fixture

@@ -30,12 +30,11 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from compaction_kit import root_chains
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
-from law_kit import pair_new_ids
+from law_kit import pair_new_ids, run_machine
 from savers import open_async, open_sync, race_free_writes
 
 from retaining_saver import RetainingSaver, RetentionPolicy
@@ -233,15 +232,7 @@ class ShapesMachine(RuleBasedStateMachine):
 
 def _check(saver: Any, examples: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
     machine = type("Bound", (ShapesMachine,), {"saver": saver, "loop": loop})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=STEPS,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        ),
-    )
+    run_machine(machine, examples, STEPS)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
