@@ -65,7 +65,10 @@ class Rooms:
     it kept young runs beyond the horizon (`UNTIL_AGED`). A thread it does not
     know (first seen, or forgotten) is due, and so is every admission after a pass
     that left work for later (`UNSETTLED`). Runs another process adds are not
-    counted here; that process's own admissions bound them.
+    counted here; that process's own admissions bound them. Nor are runs that
+    `update_state(..., as_node="__input__")` writes, which admit nothing: a thread
+    may hold those beyond the slack until the next pass, which deletes them with
+    the rest (`tests/law/test_retention_stateful.py` allows for them).
     """
 
     def __init__(self) -> None:
