@@ -74,7 +74,6 @@ from contextlib import AsyncExitStack
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -82,7 +81,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -95,6 +93,7 @@ from law_kit import (
     first_difference,
     law_graph,
     listing,
+    run_machine,
     state_view,
     user_turn,
 )
@@ -117,17 +116,6 @@ GRAFT = RetentionPolicy(graft_duration_links=True)
 CHANNELS = ("said", "turns", "notes")
 Counts = tuple[int, int, int]
 """(dangling parents, orphan writes, orphan blobs) of one thread."""
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=STEPS,
-        deadline=None,
-        # Every step does real I/O on two stores; that is the point, not a slow test.
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        print_blob=True,
-    )
 
 
 class Side(Protocol):
@@ -557,7 +545,7 @@ MACHINES = pytest.mark.parametrize(
 
 def _check(machine: type[LawMachine], world: World, examples: int) -> None:
     bound = type(machine.__name__, (machine,), {"world": world})
-    run_state_machine_as_test(bound, settings=_settings(max(1, examples // 2)))
+    run_machine(bound, max(1, examples // 2), STEPS)
 
 
 @MACHINES

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, StateSnapshot
-from law_kit import run_machine
+from law_kit import checkpoint_id_of, run_machine
 from savers import KINDS, open_async, open_sync
 
 from retaining_saver import RetainingSaver
@@ -190,7 +190,7 @@ class RetentionMachine(RuleBasedStateMachine):
         if not self.kept:
             return
         snapshot = self.kept[pick % len(self.kept)]
-        self.target = str(snapshot.config["configurable"]["checkpoint_id"])
+        self.target = checkpoint_id_of(snapshot.config)
         self.turns += 1
         value: Any = {"said": [f"b{self.turns}"]}
         if snapshot.interrupts:
@@ -243,12 +243,8 @@ class RetentionMachine(RuleBasedStateMachine):
     def _live_branch(self) -> bool:
         """Whether a leaf other than the head has work left (an interrupt a client may still
         resume by id): the rules keep its run, and so what the head line shares with it."""
-        parents = {_id(s.parent_config) for s in self.kept if s.parent_config}
-        return any(s.next for s in self.kept[1:] if _id(s.config) not in parents)
-
-
-def _id(config: RunnableConfig) -> str:
-    return str(config["configurable"]["checkpoint_id"])
+        parents = {checkpoint_id_of(s.parent_config) for s in self.kept}
+        return any(s.next for s in self.kept[1:] if checkpoint_id_of(s.config) not in parents)
 
 
 @dataclasses.dataclass(frozen=True)
