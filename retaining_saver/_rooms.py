@@ -51,6 +51,8 @@ class _Room:
     left: int
     head_id: str | None
     due_at: datetime | None = None
+    reserved: bool = True
+    """The run last admitted has not yet put its input: that put takes no room."""
 
 
 class Rooms:
@@ -65,10 +67,13 @@ class Rooms:
     it kept young runs beyond the horizon (`UNTIL_AGED`). A thread it does not
     know (first seen, or forgotten) is due, and so is every admission after a pass
     that left work for later (`UNSETTLED`). Runs another process adds are not
-    counted here; that process's own admissions bound them. Nor are runs that
-    `update_state(..., as_node="__input__")` writes, which admit nothing: a thread
-    may hold those beyond the slack until the next pass, which deletes them with
-    the rest (`tests/law/test_retention_stateful.py` allows for them).
+    counted here; that process's own admissions bound them.
+
+    A run no admission reserved, one that `update_state(...,
+    as_node="__input__")` writes, takes a room when its input is put (`grew`): the
+    first root input put after an admission is that admission's run's, and any other
+    takes one more. So a thread holds at most `N + slack_runs(N)` runs and the one
+    just admitted; when such runs use up the room, the next admission is due.
     """
 
     def __init__(self) -> None:
@@ -82,10 +87,24 @@ class Rooms:
             room = self._rooms.get(thread_id)
             if room is None or not _skips(room, head_id, now):
                 return True
-            if room.head_id != head_id:
-                taken = dataclasses.replace(room, left=room.left - 1, head_id=head_id)
+            if room.head_id != head_id or not room.reserved:
+                taken = dataclasses.replace(
+                    room, left=room.left - 1, head_id=head_id, reserved=True
+                )
                 self._rooms.put(thread_id, taken)
             return False
+
+    def grew(self, thread_id: str) -> None:
+        """This process put a root input checkpoint on the thread: a run began. The run
+        the last admission reserved takes no more room; any other takes one."""
+        with self._lock:
+            room = self._rooms.get(thread_id)
+            if room is None:
+                return
+            if room.reserved:
+                self._rooms.put(thread_id, dataclasses.replace(room, reserved=False))
+            else:
+                self._rooms.put(thread_id, dataclasses.replace(room, left=room.left - 1))
 
     def would_skip(self, thread_id: str, head_id: str | None, now: datetime) -> bool:
         """`not due(...)`, without counting the admission."""
@@ -108,7 +127,7 @@ def _skips(room: _Room, head_id: str | None, now: datetime) -> bool:
     """Whether `room` lets an admission at `head_id` and `now` skip the pass."""
     if room.left < 0 or (room.due_at is not None and now >= room.due_at):
         return False
-    return room.head_id == head_id or room.left > 0
+    return (room.head_id == head_id and room.reserved) or room.left > 0
 
 
 def slack_runs(horizon: int) -> int:

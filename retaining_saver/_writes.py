@@ -31,6 +31,7 @@ from retaining_saver._locks import SHARING, ThreadLocks
 from retaining_saver._lru import BoundedLru
 from retaining_saver._reclaimed import Key, ReclaimedIds
 from retaining_saver._resumes import ResumeNotes
+from retaining_saver._rooms import Rooms
 from retaining_saver._rules import RetentionPolicy, Skip
 from retaining_saver._stamps import OwnStamps
 from retaining_saver.backends._base import Backend
@@ -50,6 +51,7 @@ class WritesMixin(DelegatingSaver):
     _performer: Performer
     _stamps: OwnStamps | None
     _reclaimed: ReclaimedIds
+    _rooms: Rooms
     # Leaf-shaped checkpoints reads returned, which a write on them would keep.
     _stamps_read: BoundedLru[Key, bool]
     # What writes on stamps reclaimed, to be accounted once their lock is released.
@@ -131,6 +133,8 @@ class WritesMixin(DelegatingSaver):
         self._remember_stamp(config, checkpoint, metadata)
         if self.retention is not None and self._backend is not None:
             self._backend.stored(config, checkpoint, metadata)  # the passes will read it
+            if metadata.get("source") == "input" and not _in_subgraph(config):
+                self._rooms.grew(thread_id)  # a run began: counted against the slack
         return cast(RunnableConfig, stored)
 
     def _put_writes(
@@ -317,6 +321,11 @@ def well_formed(config: Any) -> bool:
     if type(config) is dict and type(config.get("configurable")) is dict:
         return True  # what LangGraph passes: no ABC check on every read
     return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
+
+
+def _in_subgraph(config: RunnableConfig) -> bool:
+    """Whether `config` names a subgraph's namespace rather than the thread's root."""
+    return bool(config.get("configurable", {}).get("checkpoint_ns", ""))
 
 
 def pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:

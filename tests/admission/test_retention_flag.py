@@ -272,3 +272,49 @@ def test_two_savers_taking_turns_on_one_thread(kind: str, request: pytest.Fixtur
     # more arrive before the next: N + 2 * slack + 1 runs at most, N + 1 after a pass.
     slack = slack_runs(2)
     assert max(held[7:]) == 2 + 2 * slack + 1 and min(held[7:]) == 3, held
+
+
+UPDATES = [1, 2, 1, 3, 0, 1, 2]
+"""Runs `update_state(as_node="__input__")` writes before each turn, once at the horizon."""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_runs_an_input_update_writes_take_the_slack_room(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    # Such a run no admission reserved: each takes a room of the slack when its input is
+    # put, so the next admission passes once they use it up. After every turn the head
+    # line holds the horizon, its slack and that turn's run at most.
+    with open_sync(kind, request) as inner:
+        saver = RetainingSaver(inner, retention=_retention("horizon", "full"))
+        graph, held = chat(saver, "full"), []
+        for i in range(6):
+            graph.invoke({"said": [f"u{i}"]}, thread(KEPT))
+        for i, updates in enumerate(UPDATES):
+            for j in range(updates):
+                graph.update_state(thread(KEPT), {"said": [f"i{i}.{j}"]}, as_node="__input__")
+            graph.invoke({"said": [f"v{i}"]}, thread(KEPT))
+            held.append(runs_on_head_line(list(graph.get_state_history(thread(KEPT)))))
+            assert integrity(saver, KEPT).clean
+    assert max(held) <= 2 + slack_runs(2) + 1, held
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_async_runs_an_input_update_writes_take_the_slack_room(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with open_async(kind, request) as inner:
+        saver = RetainingSaver(inner, retention=_retention("horizon", "full"))
+        graph, held = chat(saver, "full"), []
+        for i in range(6):
+            await graph.ainvoke({"said": [f"u{i}"]}, thread(KEPT))
+        for i, updates in enumerate(UPDATES):
+            for j in range(updates):
+                values = {"said": [f"i{i}.{j}"]}
+                await graph.aupdate_state(thread(KEPT), values, as_node="__input__")
+            await graph.ainvoke({"said": [f"v{i}"]}, thread(KEPT))
+            await saver.asettle_history()
+            history = [s async for s in graph.aget_state_history(thread(KEPT))]
+            held.append(runs_on_head_line(history))
+            assert (await aintegrity(saver, KEPT)).clean
+    assert max(held) <= 2 + slack_runs(2) + 1, held

@@ -11,8 +11,8 @@ after its read answers (`_bounding`), beside the run it admitted; the sync drive
 it before. After every step, on memory, SQLite and Postgres: every checkpoint the
 thread still lists reads as its twin's, the head goes on alike, nothing dangles, no
 pass failed, and (sync, uncapped, after a run) the head line holds at most the horizon, its slack
-and the run just made (and, after a run admitted on a live head, that run's, and the
-runs `update_state` wrote as the input since the last pass) unless a
+and the run just made (and, after a run admitted on a live head, that run's; runs
+`update_state` writes as the input take the slack's room as admitted ones do) unless a
 branch beside it is live or the run addressed a kept checkpoint by id (whose chain its
 admission keeps).
 
@@ -151,10 +151,6 @@ class RetentionMachine(RuleBasedStateMachine):
 
     target: str | None = None
     found_live = pinned = ran = False
-    unadmitted_runs = 0
-    """Runs `input_by_update` wrote since the last pass: `Rooms` counts each admission
-    as one run at most, so a thread may hold these beyond the slack until a pass."""
-    passes = 0
 
     def _thread(self, side: str, pin: str | None = None) -> RunnableConfig:
         return thread(self.ids[side], pin)
@@ -213,7 +209,6 @@ class RetentionMachine(RuleBasedStateMachine):
         self.turns += 1
         said = Update({"said": [f"i{self.turns}"]}, "__input__")
         self._both(lambda side, _: (said, self._thread(side)))
-        self.unadmitted_runs += 1
 
     @rule()
     def admit(self) -> None:
@@ -230,15 +225,13 @@ class RetentionMachine(RuleBasedStateMachine):
         assert self.saver.counters.history_failed == 0
         bound = self.policy.history_keep_runs
         bounded = self.policy.max_delete_per_run is None and not self.delta_without_graph
-        if self.saver.counters.history_passes > self.passes:
-            self.passes, self.unadmitted_runs = self.saver.counters.history_passes, 0
         held = self.ran and not self.pinned
         if self.driver.loop is None and bounded and bound is not None and held:
             # An admission keeps the run it finds live, and the next one does not: one more
             # run on the head line until then.
-            more = self.unadmitted_runs + (1 if self.found_live else 0)
+            live = 1 if self.found_live else 0
             if not self._live_branch():
-                assert head_line_runs(self.kept) <= bound + slack_runs(bound) + 1 + more
+                assert head_line_runs(self.kept) <= bound + slack_runs(bound) + 1 + live
 
     def _live_branch(self) -> bool:
         """Whether a leaf other than the head has work left (an interrupt a client may still
