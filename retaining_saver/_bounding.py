@@ -18,7 +18,8 @@ transaction. What differs from `enforce_thread_retention`:
 - it is amortised: skipped, without a read, while the thread cannot hold more
   than `N + slack_runs(N)` runs (`N // 2`; none for N of 0 or 1). After a pass
   that left the head line `k` runs, the next `N + slack - k` admissions of this
-  process add at most one run each (`Rooms`); then a pass deletes every run
+  process add at most one run each, and each run `update_state` writes as the
+  input takes a room too (`Rooms`); then a pass deletes every run
   beyond the newest N in one transaction. So a thread at the horizon holds
   between N and N + slack runs (and the one just admitted), and one admission
   in `slack + 1` runs a pass. Until a thread first crosses the horizon there
