@@ -87,7 +87,7 @@ class Rooms:
             room = self._rooms.get(thread_id)
             if room is None or not _skips(room, head_id, now):
                 return True
-            if room.head_id != head_id or not room.reserved:
+            if room.head_id != head_id:
                 taken = dataclasses.replace(
                     room, left=room.left - 1, head_id=head_id, reserved=True
                 )
@@ -127,7 +127,7 @@ def _skips(room: _Room, head_id: str | None, now: datetime) -> bool:
     """Whether `room` lets an admission at `head_id` and `now` skip the pass."""
     if room.left < 0 or (room.due_at is not None and now >= room.due_at):
         return False
-    return (room.head_id == head_id and room.reserved) or room.left > 0
+    return room.head_id == head_id or room.left > 0
 
 
 def slack_runs(horizon: int) -> int:
