@@ -92,7 +92,8 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
     )
 
 
-def _namespace(config: RunnableConfig) -> str:
+def namespace(config: RunnableConfig) -> str:
+    """The checkpoint namespace `config` names: '' for the thread's root graph."""
     ns: str = config.get("configurable", {}).get("checkpoint_ns", "")
     return ns
 
@@ -157,7 +158,7 @@ def _admit_in_one_round(
     The store judges the leaf by `marker`, the rules' own; a statement that
     raised is asked about by its token, since it may have committed.
     """
-    ns, token = _namespace(read_config), os.urandom(16).hex()
+    ns, token = namespace(read_config), os.urandom(16).hex()
     try:
         op = backend.admit_and_read(thread_id, ns, marker, protected, token)
         taken, row = yield Run(op, Mode.GUARDED)
@@ -200,7 +201,7 @@ def read_head(
     does, deserializing pending writes in a worker thread only where the
     saver does and there are some.
     """
-    row = yield Run(backend.head_row(thread_id, _namespace(config)), Mode.READ)
+    row = yield Run(backend.head_row(thread_id, namespace(config)), Mode.READ)
     if row is None:
         return None
     return (yield from _built_or_read(_tuple_of_row(backend, row), config, None))
@@ -243,7 +244,7 @@ def head_node(
 ) -> Flow[CheckpointNode | None]:
     """The newest checkpoint of `config`'s namespace, without its values; a read."""
     node: CheckpointNode | None = yield Run(
-        backend.head_node(thread_id, _namespace(config)), Mode.READ
+        backend.head_node(thread_id, namespace(config)), Mode.READ
     )
     return node
 

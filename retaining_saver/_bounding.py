@@ -80,7 +80,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from retaining_saver import _run_reads
 from retaining_saver._accounting import Accounts
-from retaining_saver._admission import AdmissionResult, Admitted
+from retaining_saver._admission import AdmissionResult, Admitted, namespace
 from retaining_saver._effects import Flow, Later, Lookup
 from retaining_saver._engine import keeps_delta_walks, planned_pass
 from retaining_saver._locks import ThreadLocks
@@ -210,8 +210,7 @@ class BoundingMixin:
         runs leaves what the head reads unchanged."""
         result, found = admitted
         result, changed = yield from self._bound_history(config, result, defer=True)
-        ns = config.get("configurable", {}).get("checkpoint_ns", "")
-        if (ns, result.head_id) in changed:
+        if (namespace(config), result.head_id) in changed:
             found = yield Lookup(config)
         return result, (yield from self._settle(found, config))
 
@@ -259,7 +258,7 @@ class BoundingMixin:
         inline = self._history_pass(result, policy, backend, None, run_kept)
         if not defer or result.head_id is None or not may_wait(policy):
             return (yield from inline)
-        head = (config.get("configurable", {}).get("checkpoint_ns", ""), result.head_id)
+        head = (namespace(config), result.head_id)
         done = yield Later(inline, self._left_pass(result, policy, backend, head, run_kept))
         return (result, frozenset()) if done is None else done
 

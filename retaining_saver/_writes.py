@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from retaining_saver._accounting import Accounts
-from retaining_saver._admission import Admitted
+from retaining_saver._admission import Admitted, namespace
 from retaining_saver._delegate import DelegatingSaver
 from retaining_saver._effects import Call, Flow, Locked, Mode, Performer, Run, adrive, drive
 from retaining_saver._locks import SHARING, ThreadLocks
@@ -133,7 +133,7 @@ class WritesMixin(DelegatingSaver):
         self._remember_stamp(config, checkpoint, metadata)
         if self.retention is not None and self._backend is not None:
             self._backend.stored(config, checkpoint, metadata)  # the passes will read it
-            if metadata.get("source") == "input" and not _in_subgraph(config):
+            if metadata.get("source") == "input" and not namespace(config):
                 self._rooms.grew(thread_id)  # a run began: counted against the slack
         return cast(RunnableConfig, stored)
 
@@ -321,11 +321,6 @@ def well_formed(config: Any) -> bool:
     if type(config) is dict and type(config.get("configurable")) is dict:
         return True  # what LangGraph passes: no ABC check on every read
     return isinstance(config, Mapping) and isinstance(config.get("configurable"), Mapping)
-
-
-def _in_subgraph(config: RunnableConfig) -> bool:
-    """Whether `config` names a subgraph's namespace rather than the thread's root."""
-    return bool(config.get("configurable", {}).get("checkpoint_ns", ""))
 
 
 def pinned_to(config: RunnableConfig, checkpoint_id: str) -> RunnableConfig:
