@@ -94,8 +94,7 @@ def node_of(value: CheckpointTuple) -> CheckpointNode:
 
 def namespace(config: RunnableConfig) -> str:
     """The checkpoint namespace `config` names: '' for the thread's root graph."""
-    ns: str = config.get("configurable", {}).get("checkpoint_ns", "")
-    return ns
+    return cast(str, config.get("configurable", {}).get("checkpoint_ns", ""))
 
 
 _STACK_ENDS = frozenset(
