@@ -59,6 +59,8 @@ class ReclaimedIds:
 
     def survivor(self, key: Key) -> str | None:
         """Where `key` leads through every clone this process reclaimed, or None."""
+        if not self._clones:
+            return None  # every write asks: most processes (no stamps) reclaim nothing
         thread_id, ns, current = key
         survivor = None
         for _ in range(MAX_HOPS):

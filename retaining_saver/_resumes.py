@@ -83,12 +83,15 @@ class ResumeNotes:
         already noted."""
         configurable = config.get("configurable") or {}
         checkpoint_id = configurable.get("checkpoint_id")
-        if not checkpoint_id or (run_id := run_id_of(config)) is None:
+        if not checkpoint_id:
             return None
         ns = configurable.get("checkpoint_ns", "")
         point = (str(configurable["thread_id"]), ns, str(checkpoint_id))
-        made_by = self._seen.get(point)
-        if made_by is None or made_by == run_id or self._noted.get((point, run_id)):
+        # The checkpoint first: a run's writes land on checkpoints no read returned (or
+        # returned without writes), and so never look for their run.
+        if (made_by := self._seen.get(point)) is None or (run_id := run_id_of(config)) is None:
+            return None
+        if made_by == run_id or self._noted.get((point, run_id)):
             return None
         return ns, str(checkpoint_id), run_id
 

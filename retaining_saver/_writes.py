@@ -219,10 +219,12 @@ class WritesMixin(DelegatingSaver):
         """Where a write under the thread's lock lands: `config`, moved off a reclaimed id,
         and off the stamp the write would keep (`_keeps_stamp`), which is reclaimed first."""
         config = self._onto_survivor(config)
-        # Shared, the write found no stamp a moment ago; one a read taught since is kept
-        # (the write makes it live), never deleted beside other writes.
-        keeps = self._keeps_stamp(thread_id, config, checkpoint=checkpoint, metadata=metadata)
-        if keeps and not SHARING.get():
+        if SHARING.get():
+            # Shared, the write found no stamp a moment ago (`Locked`'s check); one a read
+            # taught since is kept (the write makes it live), never deleted beside other
+            # writes: so it is not looked for again.
+            return config
+        if self._keeps_stamp(thread_id, config, checkpoint=checkpoint, metadata=metadata):
             return (yield from self._reclaim_then_land(thread_id, config))
         return config  # writes elsewhere leave the stamp the head
 
