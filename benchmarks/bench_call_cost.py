@@ -166,13 +166,12 @@ def in_context(kind: str, runs: int) -> None:
 def alone(kind: str, replays: int) -> None:
     with sync_store(kind) as inner:
         calls: list[tuple[str, tuple[Any, ...]]] = []
-        recording = ExitStack()
-        for name in ("put", "put_writes"):
-            recording.enter_context(_recorded(inner, name, calls))
-        with recording:
+        with ExitStack() as recording:
+            for name in ("put", "put_writes"):
+                recording.enter_context(_recorded(inner, name, calls))
             graph = chat_graph(inner)
             for i in range(12):
-                calls.clear()
+                calls.clear()  # the calls of the last run, on a thread 11 runs long
                 graph.invoke(turn(i), thread("recorded"))
         _durability_off(kind, inner)
         arms = savers(inner)
